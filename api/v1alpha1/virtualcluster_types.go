@@ -1,0 +1,326 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MaxNameLength bounds a VirtualCluster's name so that every object derived from it (Services,
+// StatefulSet pods, Secrets) stays a valid DNS label without hashing.
+const MaxNameLength = 40
+
+// VirtualCluster is a tenant's dedicated Kubernetes cluster: its own etcd, kube-apiserver,
+// kube-controller-manager and kube-scheduler, run as pods in the VirtualCluster's namespace
+// of the host cluster.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=vc,categories=kubenest
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 40",message="metadata.name must be at most 40 characters: the names of the tenant's Services, pods and Secrets are derived from it"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label that starts with a letter (lowercase letters, digits and '-'), because it names the tenant's Services"
+type VirtualCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is what the tenant asks for.
+	// +optional
+	Spec VirtualClusterSpec `json:"spec,omitempty"`
+
+	// status is what the operator observed and did.
+	// +optional
+	Status VirtualClusterStatus `json:"status,omitempty"`
+}
+
+// VirtualClusterSpec is the desired shape of a tenant's cluster. Every field has a default, so
+// an empty spec asks for a single-replica control plane reached through a ClusterIP Service.
+type VirtualClusterSpec struct {
+	// controlPlane configures the tenant's kube-apiserver, kube-controller-manager and
+	// kube-scheduler, which run together in each control-plane pod.
+	// +optional
+	// +kubebuilder:default={}
+	ControlPlane ControlPlaneSpec `json:"controlPlane,omitzero"`
+
+	// etcd configures the tenant's etcd cluster.
+	// +optional
+	// +kubebuilder:default={}
+	Etcd EtcdSpec `json:"etcd,omitzero"`
+
+	// nodes says where the tenant's pods run: host nodes lent to the tenant (promotions) and
+	// the host's shared capacity through a virtual node.
+	// +optional
+	Nodes NodesSpec `json:"nodes,omitzero"`
+}
+
+// ControlPlaneSpec configures the control-plane pods.
+type ControlPlaneSpec struct {
+	// replicas is the number of control-plane pods. Each runs an apiserver; the
+	// controller-manager and scheduler in them elect a leader.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// exposure says how the tenant's apiserver is reached from outside its pods.
+	// +optional
+	// +kubebuilder:default={}
+	Exposure ExposureSpec `json:"exposure,omitzero"`
+
+	// apiServer tunes the kube-apiserver container.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.extraArgs) || !self.extraArgs.exists(k, k in ['advertise-address','allow-privileged','authorization-mode','bind-address','cert-dir','client-ca-file','enable-bootstrap-token-auth','endpoint-reconciler-type','etcd-cafile','etcd-certfile','etcd-keyfile','etcd-servers','kubelet-client-certificate','kubelet-client-key','proxy-client-cert-file','proxy-client-key-file','requestheader-allowed-names','requestheader-client-ca-file','requestheader-extra-headers-prefix','requestheader-group-headers','requestheader-username-headers','secure-port','service-account-issuer','service-account-key-file','service-account-signing-key-file','service-cluster-ip-range','tls-cert-file','tls-private-key-file'])",messageExpression="'extraArgs: flag --' + self.extraArgs.filter(k, k in ['advertise-address','allow-privileged','authorization-mode','bind-address','cert-dir','client-ca-file','enable-bootstrap-token-auth','endpoint-reconciler-type','etcd-cafile','etcd-certfile','etcd-keyfile','etcd-servers','kubelet-client-certificate','kubelet-client-key','proxy-client-cert-file','proxy-client-key-file','requestheader-allowed-names','requestheader-client-ca-file','requestheader-extra-headers-prefix','requestheader-group-headers','requestheader-username-headers','secure-port','service-account-issuer','service-account-key-file','service-account-signing-key-file','service-cluster-ip-range','tls-cert-file','tls-private-key-file'])[0] + ' is set by the operator and cannot be overridden'"
+	APIServer ComponentSpec `json:"apiServer,omitzero"`
+
+	// controllerManager tunes the kube-controller-manager container.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.extraArgs) || !self.extraArgs.exists(k, k in ['authentication-kubeconfig','authorization-kubeconfig','bind-address','cluster-signing-cert-file','cluster-signing-key-file','kubeconfig','leader-elect','root-ca-file','secure-port','service-account-private-key-file','use-service-account-credentials'])",messageExpression="'extraArgs: flag --' + self.extraArgs.filter(k, k in ['authentication-kubeconfig','authorization-kubeconfig','bind-address','cluster-signing-cert-file','cluster-signing-key-file','kubeconfig','leader-elect','root-ca-file','secure-port','service-account-private-key-file','use-service-account-credentials'])[0] + ' is set by the operator and cannot be overridden'"
+	ControllerManager ComponentSpec `json:"controllerManager,omitzero"`
+
+	// scheduler tunes the kube-scheduler container.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.extraArgs) || !self.extraArgs.exists(k, k in ['authentication-kubeconfig','authorization-kubeconfig','bind-address','kubeconfig','leader-elect','secure-port'])",messageExpression="'extraArgs: flag --' + self.extraArgs.filter(k, k in ['authentication-kubeconfig','authorization-kubeconfig','bind-address','kubeconfig','leader-elect','secure-port'])[0] + ' is set by the operator and cannot be overridden'"
+	Scheduler ComponentSpec `json:"scheduler,omitzero"`
+}
+
+// ComponentSpec tunes one control-plane container.
+type ComponentSpec struct {
+	// resources of the container. Unset requests get small defaults sized for an idle tenant.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitzero"`
+
+	// extraArgs are extra command-line flags for the component, without the leading "--",
+	// for example {"v": "2"}. Flags the operator sets itself cannot be overridden.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 64 && k.matches('^[a-z0-9][a-z0-9-]*$'))",message="extraArgs keys must be flag names without leading dashes (lowercase letters, digits and '-', at most 64 characters), for example audit-log-maxage"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].size() <= 1024)",message="extraArgs values must be at most 1024 characters"
+	ExtraArgs map[string]string `json:"extraArgs,omitempty"`
+}
+
+// ExposureType says how the tenant's apiserver Service is published.
+// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+type ExposureType string
+
+const (
+	// ExposureClusterIP reaches the apiserver only from inside the host cluster.
+	ExposureClusterIP ExposureType = "ClusterIP"
+	// ExposureNodePort reaches the apiserver on a port of every host node.
+	ExposureNodePort ExposureType = "NodePort"
+	// ExposureLoadBalancer reaches the apiserver through the host's load balancer.
+	ExposureLoadBalancer ExposureType = "LoadBalancer"
+)
+
+// ExposureSpec says how the tenant's apiserver is reached.
+// +kubebuilder:validation:XValidation:rule="!has(self.nodePort) || self.type != 'ClusterIP'",message="nodePort can only be set when type is NodePort or LoadBalancer"
+type ExposureSpec struct {
+	// type of the apiserver Service.
+	// +optional
+	// +kubebuilder:default=ClusterIP
+	Type ExposureType `json:"type,omitempty"`
+
+	// nodePort fixes the node port of a NodePort or LoadBalancer Service; unset lets the host
+	// pick one.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	NodePort *int32 `json:"nodePort,omitempty"`
+
+	// extraSANs are additional DNS names or IP addresses the apiserver's serving certificate is
+	// valid for, for example a DNS name in front of the load balancer. A DNS name may start
+	// with "*." for a wildcard.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.all(s, isIP(s) || s.matches('^(\\\\*\\\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'))",messageExpression="'extraSANs: ' + self.filter(s, !(isIP(s) || s.matches('^(\\\\*\\\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')))[0] + ' is neither an IP address nor a lowercase DNS name'"
+	ExtraSANs []string `json:"extraSANs,omitempty"`
+}
+
+// EtcdSpec configures the tenant's etcd.
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.ephemeral) || self.replicas == 1",message="etcd.storage.ephemeral needs etcd.replicas 1: a member of three that lost its data cannot rejoin"
+type EtcdSpec struct {
+	// replicas of etcd: 1, or 3 for a quorum that survives the loss of one member.
+	// Fixed at creation.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Enum=1;3
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="etcd.replicas is immutable: etcd membership is fixed at creation"
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// storage of each etcd member: a PersistentVolumeClaim (the default, 1Gi of the default
+	// StorageClass) or ephemeral storage that is lost when the pod is deleted. Fixed at creation.
+	// +optional
+	// +kubebuilder:default={persistentVolumeClaim: {size: "1Gi"}}
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="etcd.storage is immutable: moving etcd data between volumes is not supported"
+	Storage EtcdStorage `json:"storage,omitzero"`
+
+	// resources of each etcd container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitzero"`
+}
+
+// EtcdStorage is exactly one kind of storage for etcd data.
+// +kubebuilder:validation:XValidation:rule="has(self.persistentVolumeClaim) != has(self.ephemeral)",message="storage must set exactly one of persistentVolumeClaim or ephemeral"
+type EtcdStorage struct {
+	// persistentVolumeClaim keeps etcd data on a volume claimed for each member.
+	// +optional
+	PersistentVolumeClaim *PersistentVolumeClaimStorage `json:"persistentVolumeClaim,omitempty"`
+
+	// ephemeral keeps etcd data in an emptyDir: it survives container restarts but not the
+	// deletion of the etcd pod. For tests and short-lived tenants.
+	// +optional
+	Ephemeral *EphemeralStorage `json:"ephemeral,omitempty"`
+}
+
+// PersistentVolumeClaimStorage is a volume claim per etcd member.
+type PersistentVolumeClaimStorage struct {
+	// size of each member's volume.
+	// +required
+	Size resource.Quantity `json:"size"`
+
+	// storageClassName of the claims; unset uses the host's default StorageClass.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// EphemeralStorage is an emptyDir per etcd member.
+type EphemeralStorage struct {
+	// sizeLimit of the emptyDir.
+	// +optional
+	SizeLimit *resource.Quantity `json:"sizeLimit,omitempty"`
+}
+
+// NodesSpec says where the tenant's pods run.
+type NodesSpec struct {
+	// promotions ask for host nodes to be lent to the tenant, where they become the tenant's
+	// own nodes.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	Promotions []NodePromotion `json:"promotions,omitempty"`
+
+	// shared gives the tenant a virtual node backed by the host's shared nodes: pods the tenant
+	// schedules there run as pods in the VirtualCluster's host namespace.
+	// +optional
+	Shared bool `json:"shared,omitempty"`
+}
+
+// NodePromotion asks for a number of host nodes that match a selector.
+type NodePromotion struct {
+	// name identifies this request within the list.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// count of nodes to lend.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Count int32 `json:"count"`
+
+	// selector picks which lendable host nodes may be used; empty matches all of them.
+	// +optional
+	Selector metav1.LabelSelector `json:"selector,omitzero"`
+}
+
+// VirtualClusterPhase summarises the conditions for people and printer columns.
+// +kubebuilder:validation:Enum=Pending;Provisioning;Ready;Degraded;Failed;Deleting
+type VirtualClusterPhase string
+
+const (
+	// PhasePending: the operator has not acted on the VirtualCluster yet.
+	PhasePending VirtualClusterPhase = "Pending"
+	// PhaseProvisioning: the control plane is being brought up.
+	PhaseProvisioning VirtualClusterPhase = "Provisioning"
+	// PhaseReady: the tenant's apiserver answers and its kubeconfig works.
+	PhaseReady VirtualClusterPhase = "Ready"
+	// PhaseDegraded: the tenant was Ready before and is not now.
+	PhaseDegraded VirtualClusterPhase = "Degraded"
+	// PhaseFailed: the spec cannot be carried out until it is changed.
+	PhaseFailed VirtualClusterPhase = "Failed"
+	// PhaseDeleting: the tenant is being torn down.
+	PhaseDeleting VirtualClusterPhase = "Deleting"
+)
+
+// Condition types of a VirtualCluster.
+const (
+	// ConditionCertificatesReady: the CA and every leaf certificate exist and are valid.
+	ConditionCertificatesReady = "CertificatesReady"
+	// ConditionEtcdReady: every etcd member is ready.
+	ConditionEtcdReady = "EtcdReady"
+	// ConditionAPIServerReady: the operator reached the tenant's /readyz with admin credentials.
+	ConditionAPIServerReady = "APIServerReady"
+	// ConditionKubeconfigReady: the admin kubeconfig Secret is written for the current endpoint.
+	ConditionKubeconfigReady = "KubeconfigReady"
+	// ConditionReady: all of the above.
+	ConditionReady = "Ready"
+)
+
+// VirtualClusterStatus is what the operator observed.
+type VirtualClusterStatus struct {
+	// observedGeneration is the spec generation the operator last acted on completely.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// phase summarises the conditions.
+	// +optional
+	Phase VirtualClusterPhase `json:"phase,omitempty"`
+
+	// conditions: CertificatesReady, EtcdReady, APIServerReady, KubeconfigReady and Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// endpoint is the URL of the tenant's apiserver as published by the exposure type.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// kubeconfigSecretRef names the Secret, in the VirtualCluster's namespace, holding the
+	// tenant's admin kubeconfig.
+	// +optional
+	KubeconfigSecretRef *SecretKeyReference `json:"kubeconfigSecretRef,omitempty"`
+
+	// version is the Kubernetes version the tenant's apiserver reports.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Version string `json:"version,omitempty"`
+}
+
+// SecretKeyReference names a key of a Secret in the same namespace.
+type SecretKeyReference struct {
+	// name of the Secret.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// key within the Secret's data.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
+}
+
+// VirtualClusterList is a list of VirtualClusters.
+//
+// +kubebuilder:object:root=true
+type VirtualClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []VirtualCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&VirtualCluster{}, &VirtualClusterList{})
+}

@@ -1,0 +1,98 @@
+// Package kubeconfig builds and reads the kubeconfig files KubeNest hands out: the tenant's
+// admin kubeconfig and the ones its controller-manager and scheduler use. It is pure.
+package kubeconfig
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Config is what goes into a kubeconfig with one cluster, one user and one context.
+type Config struct {
+	// ClusterName names the cluster, user and context entries.
+	ClusterName string
+	// Server is the apiserver URL, https://host:port.
+	Server string
+	// CAPEM is the PEM bundle the client trusts for the server's certificate.
+	CAPEM []byte
+	// User names the user entry.
+	User string
+	// ClientCertPEM and ClientKeyPEM authenticate the user.
+	ClientCertPEM []byte
+	ClientKeyPEM  []byte
+}
+
+// Build returns the kubeconfig for c as YAML. The same Config gives the same bytes.
+func Build(c Config) ([]byte, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	ctx := c.User + "@" + c.ClusterName
+	cfg := clientcmdapi.Config{
+		Clusters: map[string]*clientcmdapi.Cluster{
+			c.ClusterName: {Server: c.Server, CertificateAuthorityData: c.CAPEM},
+		},
+		AuthInfos: map[string]*clientcmdapi.AuthInfo{
+			c.User: {ClientCertificateData: c.ClientCertPEM, ClientKeyData: c.ClientKeyPEM},
+		},
+		Contexts: map[string]*clientcmdapi.Context{
+			ctx: {Cluster: c.ClusterName, AuthInfo: c.User},
+		},
+		CurrentContext: ctx,
+	}
+	out, err := clientcmd.Write(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	return out, nil
+}
+
+// Parse reads a kubeconfig built by Build back into a Config.
+func Parse(data []byte) (Config, error) {
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading kubeconfig: %w", err)
+	}
+	ctx, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok {
+		return Config{}, fmt.Errorf("kubeconfig has no current context %q", cfg.CurrentContext)
+	}
+	cluster, ok := cfg.Clusters[ctx.Cluster]
+	if !ok {
+		return Config{}, fmt.Errorf("kubeconfig has no cluster %q", ctx.Cluster)
+	}
+	user, ok := cfg.AuthInfos[ctx.AuthInfo]
+	if !ok {
+		return Config{}, fmt.Errorf("kubeconfig has no user %q", ctx.AuthInfo)
+	}
+	return Config{
+		ClusterName:   ctx.Cluster,
+		Server:        cluster.Server,
+		CAPEM:         cluster.CertificateAuthorityData,
+		User:          ctx.AuthInfo,
+		ClientCertPEM: user.ClientCertificateData,
+		ClientKeyPEM:  user.ClientKeyData,
+	}, nil
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.ClusterName == "":
+		return errors.New("kubeconfig needs a cluster name")
+	case c.User == "":
+		return errors.New("kubeconfig needs a user name")
+	case len(c.CAPEM) == 0:
+		return errors.New("kubeconfig needs the CA certificate")
+	case len(c.ClientCertPEM) == 0 || len(c.ClientKeyPEM) == 0:
+		return errors.New("kubeconfig needs a client certificate and key")
+	}
+	u, err := url.Parse(c.Server)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("kubeconfig server %q is not an https URL", c.Server)
+	}
+	return nil
+}

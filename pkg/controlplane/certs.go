@@ -1,0 +1,367 @@
+package controlplane
+
+import (
+	"crypto"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/naming"
+	"github.com/kubenest-io/kubenest/pkg/pki"
+)
+
+// Keys of the CA Secret. It holds the private keys of the tenant's certificate authorities and
+// the service-account signing key, and is mounted by no pod.
+const (
+	KeyCACert           = "ca.crt"
+	KeyCAKey            = "ca.key"
+	KeyFrontProxyCACert = "front-proxy-ca.crt"
+	KeyFrontProxyCAKey  = "front-proxy-ca.key"
+	KeyEtcdCACert       = "etcd-ca.crt"
+	KeyEtcdCAKey        = "etcd-ca.key"
+	KeySAKey            = "sa.key"
+	KeySAPub            = "sa.pub"
+)
+
+// Authorities are a tenant's certificate authorities and its service-account signing key.
+type Authorities struct {
+	// CA signs the apiserver's serving certificate and every client of the apiserver.
+	CA *pki.KeyPair
+	// FrontProxyCA signs the client certificate the apiserver uses towards aggregated APIs.
+	FrontProxyCA *pki.KeyPair
+	// EtcdCA signs etcd's serving and peer certificates and the apiserver's etcd client.
+	EtcdCA *pki.KeyPair
+	// ServiceAccountKey signs service-account tokens.
+	ServiceAccountKey crypto.Signer
+}
+
+// NewAuthorities creates the certificate authorities and signing key of a new tenant.
+func NewAuthorities(vcName string, now time.Time) (*Authorities, error) {
+	ca, err := pki.NewCA(vcName+"-ca", now)
+	if err != nil {
+		return nil, err
+	}
+	fp, err := pki.NewCA(vcName+"-front-proxy-ca", now)
+	if err != nil {
+		return nil, err
+	}
+	etcd, err := pki.NewCA(vcName+"-etcd-ca", now)
+	if err != nil {
+		return nil, err
+	}
+	sa, err := pki.NewSigningKey()
+	if err != nil {
+		return nil, err
+	}
+	return &Authorities{CA: ca, FrontProxyCA: fp, EtcdCA: etcd, ServiceAccountKey: sa}, nil
+}
+
+// LoadAuthorities reads the authorities from the data of the CA Secret and checks they are
+// usable at now.
+func LoadAuthorities(data map[string][]byte, now time.Time) (*Authorities, error) {
+	load := func(certKey, keyKey string) (*pki.KeyPair, error) {
+		kp, err := pki.ParseKeyPair(data[certKey], data[keyKey])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", certKey, err)
+		}
+		if err := kp.CheckCA(now); err != nil {
+			return nil, fmt.Errorf("%s: %w", certKey, err)
+		}
+		return kp, nil
+	}
+	var a Authorities
+	var err error
+	if a.CA, err = load(KeyCACert, KeyCAKey); err != nil {
+		return nil, err
+	}
+	if a.FrontProxyCA, err = load(KeyFrontProxyCACert, KeyFrontProxyCAKey); err != nil {
+		return nil, err
+	}
+	if a.EtcdCA, err = load(KeyEtcdCACert, KeyEtcdCAKey); err != nil {
+		return nil, err
+	}
+	if a.ServiceAccountKey, err = pki.ParseKey(data[KeySAKey]); err != nil {
+		return nil, fmt.Errorf("%s: %w", KeySAKey, err)
+	}
+	return &a, nil
+}
+
+// SecretData is the content of the CA Secret.
+func (a *Authorities) SecretData() (map[string][]byte, error) {
+	data := map[string][]byte{}
+	for _, e := range []struct {
+		kp              *pki.KeyPair
+		certKey, keyKey string
+	}{
+		{a.CA, KeyCACert, KeyCAKey},
+		{a.FrontProxyCA, KeyFrontProxyCACert, KeyFrontProxyCAKey},
+		{a.EtcdCA, KeyEtcdCACert, KeyEtcdCAKey},
+	} {
+		key, err := e.kp.KeyPEM()
+		if err != nil {
+			return nil, err
+		}
+		data[e.certKey], data[e.keyKey] = e.kp.CertPEM(), key
+	}
+	saKey, err := pki.EncodeKey(a.ServiceAccountKey)
+	if err != nil {
+		return nil, err
+	}
+	saPub, err := pki.EncodePublicKey(a.ServiceAccountKey)
+	if err != nil {
+		return nil, err
+	}
+	data[KeySAKey], data[KeySAPub] = saKey, saPub
+	return data, nil
+}
+
+// Leaf names a leaf certificate of a tenant. Its certificate and key are stored under
+// "<leaf>.crt" and "<leaf>.key".
+type Leaf string
+
+// The leaf certificates of a tenant.
+const (
+	LeafAPIServer              Leaf = "apiserver"
+	LeafAPIServerKubeletClient Leaf = "apiserver-kubelet-client"
+	LeafAPIServerEtcdClient    Leaf = "apiserver-etcd-client"
+	LeafFrontProxyClient       Leaf = "front-proxy-client"
+	LeafControllerManager      Leaf = "controller-manager"
+	LeafScheduler              Leaf = "scheduler"
+	LeafAdmin                  Leaf = "admin"
+	LeafEtcdServer             Leaf = "etcd-server"
+	LeafEtcdPeer               Leaf = "etcd-peer"
+)
+
+// CertFile and KeyFile are the Secret keys (and file names) of a leaf.
+func (l Leaf) CertFile() string { return string(l) + ".crt" }
+func (l Leaf) KeyFile() string  { return string(l) + ".key" }
+
+// Issuer names which authority signs a leaf.
+type Issuer int
+
+const (
+	IssuerCA Issuer = iota
+	IssuerFrontProxyCA
+	IssuerEtcdCA
+)
+
+func (a *Authorities) issuer(i Issuer) *pki.KeyPair {
+	switch i {
+	case IssuerFrontProxyCA:
+		return a.FrontProxyCA
+	case IssuerEtcdCA:
+		return a.EtcdCA
+	default:
+		return a.CA
+	}
+}
+
+// LeafSpec is a leaf certificate with the authority that signs it.
+type LeafSpec struct {
+	Issuer Issuer
+	pki.CertSpec
+}
+
+// Users and groups the tenant's apiserver sees in client certificates.
+const (
+	AdminUser              = "kubenest-admin"
+	MastersGroup           = "system:masters"
+	ControllerManagerUser  = "system:kube-controller-manager"
+	SchedulerUser          = "system:kube-scheduler"
+	APIServerKubeletClient = "kube-apiserver-kubelet-client"
+	FrontProxyClientUser   = "front-proxy-client"
+)
+
+// Exposure is how the tenant's apiserver Service was published: its address inside the host and
+// the endpoint users reach it at.
+type Exposure struct {
+	// ClusterIP of the apiserver Service in the host.
+	ClusterIP string
+	// Endpoint is the https URL users reach the apiserver at; empty while it is not known yet
+	// (a LoadBalancer without an address, a NodePort without a node).
+	Endpoint string
+	// Address is the host part of Endpoint when it is an IP or name outside the host's
+	// Service DNS: a node address or a load balancer's address.
+	Address string
+	// Waiting says why Endpoint is empty.
+	Waiting string
+}
+
+// LeafSpecs returns every leaf certificate a tenant needs, given how its apiserver is exposed.
+func LeafSpecs(vc *v1alpha1.VirtualCluster, s Settings, exp Exposure) (map[Leaf]LeafSpec, error) {
+	kubeSvcIP, err := s.kubernetesServiceIP()
+	if err != nil {
+		return nil, err
+	}
+	names := naming.For(vc.Name)
+	ns := vc.Namespace
+
+	apiDNS := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+		"kubernetes.default.svc." + TenantClusterDomain}
+	apiDNS = append(apiDNS, serviceDNSNames(names.APIServerService(), ns, s.HostClusterDomain)...)
+	apiIPs := []net.IP{net.ParseIP("127.0.0.1"), kubeSvcIP}
+	if ip := net.ParseIP(exp.ClusterIP); ip != nil {
+		apiIPs = append(apiIPs, ip)
+	}
+	sans := append([]string{}, vc.Spec.ControlPlane.Exposure.ExtraSANs...)
+	if exp.Address != "" {
+		sans = append(sans, exp.Address)
+	}
+	for _, san := range sans {
+		if ip := net.ParseIP(san); ip != nil {
+			apiIPs = append(apiIPs, ip)
+		} else {
+			apiDNS = append(apiDNS, san)
+		}
+	}
+
+	peer := names.EtcdPeerService()
+	etcdDNS := append([]string{"localhost"}, serviceDNSNames(names.EtcdClientService(), ns, s.HostClusterDomain)...)
+	peerDNS := []string{
+		"*." + peer + "." + ns + ".svc",
+		"*." + peer + "." + ns + ".svc." + s.HostClusterDomain,
+	}
+	etcdDNS = append(etcdDNS, peerDNS...)
+	loopback := []net.IP{net.ParseIP("127.0.0.1")}
+
+	leaf := func(issuer Issuer, cn string, orgs []string, usage pki.Usage, dns []string, ips []net.IP) LeafSpec {
+		return LeafSpec{Issuer: issuer, CertSpec: pki.CertSpec{
+			CommonName: cn, Organization: orgs, DNSNames: dedupe(dns), IPs: dedupeIPs(ips),
+			Usage: usage, Validity: s.LeafValidity,
+		}}
+	}
+	return map[Leaf]LeafSpec{
+		LeafAPIServer:              leaf(IssuerCA, "kube-apiserver", nil, pki.UsageServer, apiDNS, apiIPs),
+		LeafAPIServerKubeletClient: leaf(IssuerCA, APIServerKubeletClient, nil, pki.UsageClient, nil, nil),
+		LeafControllerManager:      leaf(IssuerCA, ControllerManagerUser, nil, pki.UsageClient, nil, nil),
+		LeafScheduler:              leaf(IssuerCA, SchedulerUser, nil, pki.UsageClient, nil, nil),
+		LeafAdmin:                  leaf(IssuerCA, AdminUser, []string{MastersGroup}, pki.UsageClient, nil, nil),
+		LeafFrontProxyClient:       leaf(IssuerFrontProxyCA, FrontProxyClientUser, nil, pki.UsageClient, nil, nil),
+		LeafAPIServerEtcdClient:    leaf(IssuerEtcdCA, "kube-apiserver-etcd-client", nil, pki.UsageClient, nil, nil),
+		LeafEtcdServer:             leaf(IssuerEtcdCA, "etcd-server", nil, pki.UsageServer|pki.UsageClient, etcdDNS, loopback),
+		LeafEtcdPeer:               leaf(IssuerEtcdCA, "etcd-peer", nil, pki.UsageServer|pki.UsageClient, peerDNS, nil),
+	}, nil
+}
+
+// PEMPair is a certificate and key as stored in a Secret.
+type PEMPair struct {
+	Cert, Key []byte
+}
+
+// Leaves are a tenant's issued leaf certificates.
+type Leaves map[Leaf]*pki.KeyPair
+
+// EnsureLeaves returns a certificate for every spec: the existing one where it still serves
+// (signed by the current authority, not due for renewal, covering every name), a newly issued
+// one otherwise. renewed lists, sorted, the leaves that were issued and why.
+func EnsureLeaves(a *Authorities, specs map[Leaf]LeafSpec, existing map[Leaf]PEMPair, now time.Time) (Leaves, map[Leaf]string, error) {
+	leaves := Leaves{}
+	renewed := map[Leaf]string{}
+	for _, name := range slices.Sorted(maps.Keys(specs)) {
+		spec := specs[name]
+		issuer := a.issuer(spec.Issuer)
+		if old, ok := existing[name]; ok {
+			kp, err := pki.ParseKeyPair(old.Cert, old.Key)
+			if err == nil {
+				err = kp.Check(spec.CertSpec, issuer.Cert, now)
+			}
+			if err == nil {
+				leaves[name] = kp
+				continue
+			}
+			renewed[name] = err.Error()
+		} else {
+			renewed[name] = "missing"
+		}
+		kp, err := issuer.Issue(spec.CertSpec, now)
+		if err != nil {
+			return nil, nil, fmt.Errorf("issuing %s certificate: %w", name, err)
+		}
+		leaves[name] = kp
+	}
+	return leaves, renewed, nil
+}
+
+// ExistingLeaves reads the leaf certificates stored in Secret data, keyed "<leaf>.crt" and
+// "<leaf>.key".
+func ExistingLeaves(data map[string][]byte) map[Leaf]PEMPair {
+	out := map[Leaf]PEMPair{}
+	for k, cert := range data {
+		name, ok := strings.CutSuffix(k, ".crt")
+		if !ok {
+			continue
+		}
+		leaf := Leaf(name)
+		if key, ok := data[leaf.KeyFile()]; ok {
+			out[leaf] = PEMPair{Cert: cert, Key: key}
+		}
+	}
+	return out
+}
+
+// EarliestExpiry returns the leaf that expires first and when.
+func (l Leaves) EarliestExpiry() (Leaf, time.Time) {
+	var first Leaf
+	var at time.Time
+	for _, name := range slices.Sorted(maps.Keys(l)) {
+		if na := l[name].Cert.NotAfter; at.IsZero() || na.Before(at) {
+			first, at = name, na
+		}
+	}
+	return first, at
+}
+
+// EarliestRenewal returns when the first leaf is due for renewal.
+func (l Leaves) EarliestRenewal() time.Time {
+	var at time.Time
+	for _, kp := range l {
+		if r := pki.RenewAt(kp.Cert); at.IsZero() || r.Before(at) {
+			at = r
+		}
+	}
+	return at
+}
+
+func (l Leaves) put(data map[string][]byte, names ...Leaf) error {
+	for _, name := range names {
+		kp, ok := l[name]
+		if !ok {
+			return fmt.Errorf("no %s certificate", name)
+		}
+		key, err := kp.KeyPEM()
+		if err != nil {
+			return err
+		}
+		data[name.CertFile()], data[name.KeyFile()] = kp.CertPEM(), key
+	}
+	return nil
+}
+
+// serviceDNSNames are the names a Service is reached by inside the host cluster.
+func serviceDNSNames(svc, ns, domain string) []string {
+	return []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc." + domain}
+}
+
+func dedupe(in []string) []string {
+	out := []string{}
+	for _, s := range in {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func dedupeIPs(in []net.IP) []net.IP {
+	out := []net.IP{}
+	for _, ip := range in {
+		if !slices.ContainsFunc(out, ip.Equal) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}

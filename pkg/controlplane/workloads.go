@@ -1,0 +1,452 @@
+package controlplane
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/naming"
+)
+
+// Paths inside the tenant component containers.
+const (
+	// BinaryPath is the nest-controlplane binary in the image.
+	BinaryPath = "/usr/local/bin/nest-controlplane"
+	// PKIDir is where the control-plane pod mounts its certificates Secret.
+	PKIDir = "/etc/kubenest/pki"
+	// EtcdPKIDir is where etcd mounts its certificates Secret.
+	EtcdPKIDir = "/etc/etcd/pki"
+	// EtcdDataDir is where etcd's volume is mounted.
+	EtcdDataDir = "/var/lib/etcd"
+
+	// nonRootID is the user and group every tenant component runs as.
+	nonRootID = 65532
+	// maxEtcdQuota is etcd's own default backend quota, 2 GiB.
+	maxEtcdQuota = 2 << 30
+)
+
+// Container names of the control-plane pod and of etcd.
+const (
+	ContainerAPIServer         = "kube-apiserver"
+	ContainerControllerManager = "kube-controller-manager"
+	ContainerScheduler         = "kube-scheduler"
+	ContainerEtcd              = "etcd"
+)
+
+// EtcdStatefulSet runs the tenant's etcd members. Members find each other through the peer
+// Service's per-pod DNS names, talk TLS to each other and to clients, and require client
+// certificates signed by the tenant's etcd CA on both ports. certsHash is the ContentHash of
+// the etcd certificates Secret.
+func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) *appsv1.StatefulSet {
+	names := naming.For(vc.Name)
+	spec := vc.Spec.Etcd
+	replicas := spec.Replicas
+	if replicas == 0 {
+		replicas = 1
+	}
+	sts := names.EtcdStatefulSet()
+	peerDomain := fmt.Sprintf("%s.%s.svc", names.EtcdPeerService(), vc.Namespace)
+	var members []string
+	for i := range replicas {
+		members = append(members, fmt.Sprintf("%s-%d=https://%s-%d.%s:%d", sts, i, sts, i, peerDomain, EtcdPeerPort))
+	}
+	self := "$(POD_NAME)." + peerDomain
+	pki := func(file string) string { return EtcdPKIDir + "/" + file }
+	flags := map[string]string{
+		"name":                        "$(POD_NAME)",
+		"data-dir":                    EtcdDataDir + "/data",
+		"listen-client-urls":          fmt.Sprintf("https://0.0.0.0:%d", EtcdClientPort),
+		"advertise-client-urls":       fmt.Sprintf("https://%s:%d", self, EtcdClientPort),
+		"listen-peer-urls":            fmt.Sprintf("https://0.0.0.0:%d", EtcdPeerPort),
+		"initial-advertise-peer-urls": fmt.Sprintf("https://%s:%d", self, EtcdPeerPort),
+		"initial-cluster":             strings.Join(members, ","),
+		"initial-cluster-state":       "new",
+		"initial-cluster-token":       string(vc.UID),
+		"listen-metrics-urls":         fmt.Sprintf("http://0.0.0.0:%d", EtcdMetricsPort),
+		"quota-backend-bytes":         fmt.Sprint(etcdQuota(spec.Storage)),
+		"cert-file":                   pki(LeafEtcdServer.CertFile()),
+		"key-file":                    pki(LeafEtcdServer.KeyFile()),
+		"trusted-ca-file":             pki(KeyCACert),
+		"client-cert-auth":            "true",
+		"peer-cert-file":              pki(LeafEtcdPeer.CertFile()),
+		"peer-key-file":               pki(LeafEtcdPeer.KeyFile()),
+		"peer-trusted-ca-file":        pki(KeyCACert),
+		"peer-client-cert-auth":       "true",
+		// Peer certificates name the peer Service's wildcard, not each member's address; the
+		// etcd CA (which only this tenant's members hold certificates of) authenticates peers.
+		"peer-skip-client-san-verification": "true",
+	}
+	container := corev1.Container{
+		Name:            ContainerEtcd,
+		Image:           s.Image,
+		ImagePullPolicy: s.ImagePullPolicy,
+		Command:         []string{BinaryPath, "etcd"},
+		Args:            args(flags, nil),
+		Env: []corev1.EnvVar{{
+			Name:      "POD_NAME",
+			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}},
+		}},
+		Ports: []corev1.ContainerPort{
+			containerPort("client", EtcdClientPort),
+			containerPort("peer", EtcdPeerPort),
+			containerPort("metrics", EtcdMetricsPort),
+		},
+		StartupProbe:    httpProbe("/readyz", "metrics", corev1.URISchemeHTTP, 1, 300),
+		ReadinessProbe:  httpProbe("/readyz", "metrics", corev1.URISchemeHTTP, 5, 3),
+		LivenessProbe:   httpProbe("/livez", "metrics", corev1.URISchemeHTTP, 10, 6),
+		Resources:       withDefaultRequests(spec.Resources, "20m", "48Mi"),
+		SecurityContext: containerSecurityContext(),
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "data", MountPath: EtcdDataDir},
+			{Name: "certs", MountPath: EtcdPKIDir, ReadOnly: true},
+		},
+	}
+	volumes := []corev1.Volume{secretVolume("certs", names.EtcdCertsSecret())}
+	var claims []corev1.PersistentVolumeClaim
+	if pvc := spec.Storage.PersistentVolumeClaim; pvc != nil {
+		claims = []corev1.PersistentVolumeClaim{{
+			TypeMeta:   typeMeta("v1", "PersistentVolumeClaim"),
+			ObjectMeta: metav1.ObjectMeta{Name: "data", Labels: names.Labels(naming.ComponentEtcd)},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: pvc.StorageClassName,
+				Resources: corev1.VolumeResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceStorage: pvc.Size},
+				},
+			},
+		}}
+	} else {
+		empty := &corev1.EmptyDirVolumeSource{}
+		if e := spec.Storage.Ephemeral; e != nil {
+			empty.SizeLimit = e.SizeLimit
+		}
+		volumes = append(volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: empty}})
+	}
+	labels := names.Labels(naming.ComponentEtcd)
+	return &appsv1.StatefulSet{
+		TypeMeta:   typeMeta("apps/v1", "StatefulSet"),
+		ObjectMeta: objectMeta(vc, sts, naming.ComponentEtcd),
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:    ptr.To(replicas),
+			ServiceName: names.EtcdPeerService(),
+			// Members start together: with OrderedReady the first would wait for a quorum that
+			// the others, not yet created, would have to form.
+			PodManagementPolicy:  appsv1.ParallelPodManagement,
+			Selector:             &metav1.LabelSelector{MatchLabels: labels},
+			VolumeClaimTemplates: claims,
+			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+				WhenDeleted: appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+				WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+			},
+			Template: podTemplate(labels, certsHash, corev1.PodSpec{
+				Containers: []corev1.Container{container},
+				Volumes:    volumes,
+			}),
+		},
+	}
+}
+
+// ControlPlaneDeployment runs the tenant's kube-apiserver, kube-controller-manager and
+// kube-scheduler together in each pod. The controller-manager and scheduler reach the apiserver
+// over the pod's loopback. certsHash is the ContentHash of the control-plane certificates
+// Secret. It returns an error when the spec asks for something it cannot do, naming the field.
+func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) (*appsv1.Deployment, error) {
+	names := naming.For(vc.Name)
+	cp := vc.Spec.ControlPlane
+	replicas := ptr.Deref(cp.Replicas, 1)
+	apiserver := apiServerFlags(vc, s)
+	kcm := controllerManagerFlags(vc)
+	sched := schedulerFlags(vc)
+	for field, f := range map[string]Flags{
+		"spec.controlPlane.apiServer.extraArgs":         apiserver,
+		"spec.controlPlane.controllerManager.extraArgs": kcm,
+		"spec.controlPlane.scheduler.extraArgs":         sched,
+	} {
+		if err := f.Validate(field); err != nil {
+			return nil, err
+		}
+	}
+
+	certs := corev1.VolumeMount{Name: "certs", MountPath: PKIDir, ReadOnly: true}
+	tmp := corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"}
+	component := func(name, sub string, f Flags, res v1alpha1.ComponentSpec, cpu, mem string) corev1.Container {
+		return corev1.Container{
+			Name:            name,
+			Image:           s.Image,
+			ImagePullPolicy: s.ImagePullPolicy,
+			Command:         []string{BinaryPath, sub},
+			Args:            f.Args(),
+			Resources:       withDefaultRequests(res.Resources, cpu, mem),
+			SecurityContext: containerSecurityContext(),
+			VolumeMounts:    []corev1.VolumeMount{certs, tmp},
+		}
+	}
+	api := component(ContainerAPIServer, "apiserver", apiserver, cp.APIServer, "50m", "160Mi")
+	api.Env = []corev1.EnvVar{{
+		Name:      "POD_IP",
+		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}},
+	}}
+	api.Ports = []corev1.ContainerPort{containerPort("https", APIServerPort)}
+	api.StartupProbe = httpProbe("/livez", "https", corev1.URISchemeHTTPS, 1, 300)
+	api.ReadinessProbe = httpProbe("/readyz", "https", corev1.URISchemeHTTPS, 3, 3)
+	api.LivenessProbe = httpProbe("/livez", "https", corev1.URISchemeHTTPS, 10, 6)
+
+	cm := component(ContainerControllerManager, "controller-manager", kcm, cp.ControllerManager, "20m", "64Mi")
+	cm.Ports = []corev1.ContainerPort{containerPort("kcm-https", ControllerManagerPort)}
+	cm.StartupProbe = httpProbe("/healthz", "kcm-https", corev1.URISchemeHTTPS, 1, 300)
+	cm.LivenessProbe = httpProbe("/healthz", "kcm-https", corev1.URISchemeHTTPS, 10, 6)
+
+	sc := component(ContainerScheduler, "scheduler", sched, cp.Scheduler, "10m", "32Mi")
+	sc.Ports = []corev1.ContainerPort{containerPort("sched-https", SchedulerPort)}
+	sc.StartupProbe = httpProbe("/healthz", "sched-https", corev1.URISchemeHTTPS, 1, 300)
+	sc.LivenessProbe = httpProbe("/healthz", "sched-https", corev1.URISchemeHTTPS, 10, 6)
+
+	labels := names.Labels(naming.ComponentControlPlane)
+	return &appsv1.Deployment{
+		TypeMeta:   typeMeta("apps/v1", "Deployment"),
+		ObjectMeta: objectMeta(vc, names.ControlPlaneDeployment(), naming.ComponentControlPlane),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			// A new pod is Ready before an old one goes, so a roll (new certificates, new
+			// flags) never leaves the tenant without an apiserver.
+			Strategy: appsv1.DeploymentStrategy{
+				Type: appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{
+					MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+					MaxSurge:       ptr.To(intstr.FromInt32(1)),
+				},
+			},
+			Template: podTemplate(labels, certsHash, corev1.PodSpec{
+				Containers: []corev1.Container{api, cm, sc},
+				Volumes: []corev1.Volume{
+					secretVolume("certs", names.ControlPlaneCertsSecret()),
+					{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				},
+			}),
+		},
+	}, nil
+}
+
+// Flags are a component's command-line flags in three layers: those the operator owns, which
+// nothing may override; defaults, which extra flags may override; and the tenant's extra flags.
+type Flags struct {
+	Owned    map[string]string
+	Defaults map[string]string
+	Extra    map[string]string
+}
+
+// Validate says, naming field, which extra flag tries to override an owned one.
+func (f Flags) Validate(field string) error {
+	for _, k := range slices.Sorted(maps.Keys(f.Extra)) {
+		if _, owned := f.Owned[k]; owned {
+			return fmt.Errorf("%s: flag --%s is set by the operator and cannot be overridden", field, k)
+		}
+	}
+	return nil
+}
+
+// Args are the flags as sorted "--name=value" arguments.
+func (f Flags) Args() []string {
+	return args(f.Owned, f.Defaults, f.Extra)
+}
+
+// OwnedFlagNames are, sorted per container, the flags the operator owns: what the
+// VirtualCluster CRD's validation rules reject in extraArgs.
+func OwnedFlagNames() map[string][]string {
+	vc := &v1alpha1.VirtualCluster{}
+	s := DefaultSettings()
+	return map[string][]string{
+		ContainerAPIServer:         slices.Sorted(maps.Keys(apiServerFlags(vc, s).Owned)),
+		ContainerControllerManager: slices.Sorted(maps.Keys(controllerManagerFlags(vc).Owned)),
+		ContainerScheduler:         slices.Sorted(maps.Keys(schedulerFlags(vc).Owned)),
+	}
+}
+
+// args merges layers of flags, later layers overriding earlier ones, into sorted arguments.
+func args(layers ...map[string]string) []string {
+	merged := map[string]string{}
+	for _, l := range layers {
+		maps.Copy(merged, l)
+	}
+	out := make([]string, 0, len(merged))
+	for _, k := range slices.Sorted(maps.Keys(merged)) {
+		out = append(out, "--"+k+"="+merged[k])
+	}
+	return out
+}
+
+func podTemplate(labels map[string]string, certsHash string, spec corev1.PodSpec) corev1.PodTemplateSpec {
+	// Tenant components never talk to the host's API: no host token in their pods.
+	spec.AutomountServiceAccountToken = ptr.To(false)
+	spec.EnableServiceLinks = ptr.To(false)
+	spec.SecurityContext = &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To[int64](nonRootID),
+		RunAsGroup:     ptr.To[int64](nonRootID),
+		FSGroup:        ptr.To[int64](nonRootID),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{
+			Labels:      labels,
+			Annotations: map[string]string{naming.AnnotationConfigHash: certsHash},
+		},
+		Spec: spec,
+	}
+}
+
+func containerSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+}
+
+func secretVolume(name, secret string) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr.To[int32](0o440)},
+	}}
+}
+
+func containerPort(name string, port int32) corev1.ContainerPort {
+	return corev1.ContainerPort{Name: name, ContainerPort: port, Protocol: corev1.ProtocolTCP}
+}
+
+func httpProbe(path, port string, scheme corev1.URIScheme, period, failures int32) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: path, Port: intstr.FromString(port), Scheme: scheme,
+		}},
+		PeriodSeconds:    period,
+		TimeoutSeconds:   5,
+		FailureThreshold: failures,
+	}
+}
+
+// withDefaultRequests fills in CPU and memory requests the tenant left unset.
+func withDefaultRequests(r corev1.ResourceRequirements, cpu, mem string) corev1.ResourceRequirements {
+	r = *r.DeepCopy()
+	if r.Requests == nil {
+		r.Requests = corev1.ResourceList{}
+	}
+	for name, def := range map[corev1.ResourceName]string{corev1.ResourceCPU: cpu, corev1.ResourceMemory: mem} {
+		_, req := r.Requests[name]
+		_, lim := r.Limits[name]
+		if !req && !lim {
+			r.Requests[name] = resource.MustParse(def)
+		}
+	}
+	return r
+}
+
+// etcdQuota keeps etcd's backend below its volume: four fifths of the volume, at most etcd's
+// own 2 GiB default.
+func etcdQuota(st v1alpha1.EtcdStorage) int64 {
+	var size *resource.Quantity
+	switch {
+	case st.PersistentVolumeClaim != nil:
+		size = &st.PersistentVolumeClaim.Size
+	case st.Ephemeral != nil:
+		size = st.Ephemeral.SizeLimit
+	}
+	if size == nil || size.Value()*4/5 >= maxEtcdQuota || size.Value() <= 0 {
+		return maxEtcdQuota
+	}
+	return size.Value() * 4 / 5
+}
+
+// apiServerFlags are the kube-apiserver's flags.
+func apiServerFlags(vc *v1alpha1.VirtualCluster, s Settings) Flags {
+	names := naming.For(vc.Name)
+	return Flags{
+		Owned: map[string]string{
+			"advertise-address":                  "$(POD_IP)",
+			"allow-privileged":                   "true",
+			"authorization-mode":                 "Node,RBAC",
+			"bind-address":                       "0.0.0.0",
+			"cert-dir":                           "/tmp",
+			"client-ca-file":                     pkiPath(KeyCACert),
+			"enable-bootstrap-token-auth":        "true",
+			"endpoint-reconciler-type":           "lease",
+			"etcd-cafile":                        pkiPath(KeyEtcdCACert),
+			"etcd-certfile":                      pkiPath(LeafAPIServerEtcdClient.CertFile()),
+			"etcd-keyfile":                       pkiPath(LeafAPIServerEtcdClient.KeyFile()),
+			"etcd-servers":                       fmt.Sprintf("https://%s.%s.svc:%d", names.EtcdClientService(), vc.Namespace, EtcdClientPort),
+			"kubelet-client-certificate":         pkiPath(LeafAPIServerKubeletClient.CertFile()),
+			"kubelet-client-key":                 pkiPath(LeafAPIServerKubeletClient.KeyFile()),
+			"proxy-client-cert-file":             pkiPath(LeafFrontProxyClient.CertFile()),
+			"proxy-client-key-file":              pkiPath(LeafFrontProxyClient.KeyFile()),
+			"requestheader-allowed-names":        FrontProxyClientUser,
+			"requestheader-client-ca-file":       pkiPath(KeyFrontProxyCACert),
+			"requestheader-extra-headers-prefix": "X-Remote-Extra-",
+			"requestheader-group-headers":        "X-Remote-Group",
+			"requestheader-username-headers":     "X-Remote-User",
+			"secure-port":                        fmt.Sprint(APIServerPort),
+			"service-account-issuer":             "https://kubernetes.default.svc." + TenantClusterDomain,
+			"service-account-key-file":           pkiPath(KeySAPub),
+			"service-account-signing-key-file":   pkiPath(KeySAKey),
+			"service-cluster-ip-range":           s.ServiceCIDR,
+			"tls-cert-file":                      pkiPath(LeafAPIServer.CertFile()),
+			"tls-private-key-file":               pkiPath(LeafAPIServer.KeyFile()),
+		},
+		Defaults: map[string]string{
+			"enable-admission-plugins":        "NodeRestriction",
+			"kubelet-preferred-address-types": "InternalIP,ExternalIP,Hostname",
+			"profiling":                       "false",
+		},
+		Extra: vc.Spec.ControlPlane.APIServer.ExtraArgs,
+	}
+}
+
+// controllerManagerFlags are the kube-controller-manager's flags.
+func controllerManagerFlags(vc *v1alpha1.VirtualCluster) Flags {
+	return Flags{
+		Owned: map[string]string{
+			"authentication-kubeconfig":        pkiPath(KeyControllerManagerKubeconfig),
+			"authorization-kubeconfig":         pkiPath(KeyControllerManagerKubeconfig),
+			"bind-address":                     "0.0.0.0",
+			"kubeconfig":                       pkiPath(KeyControllerManagerKubeconfig),
+			"leader-elect":                     "true",
+			"root-ca-file":                     pkiPath(KeyCACert),
+			"secure-port":                      fmt.Sprint(ControllerManagerPort),
+			"service-account-private-key-file": pkiPath(KeySAKey),
+			"use-service-account-credentials":  "true",
+		},
+		Defaults: map[string]string{
+			"cluster-name": vc.Name,
+			"controllers":  "*,bootstrapsigner,tokencleaner",
+			"profiling":    "false",
+		},
+		Extra: vc.Spec.ControlPlane.ControllerManager.ExtraArgs,
+	}
+}
+
+// schedulerFlags are the kube-scheduler's flags.
+func schedulerFlags(vc *v1alpha1.VirtualCluster) Flags {
+	return Flags{
+		Owned: map[string]string{
+			"authentication-kubeconfig": pkiPath(KeySchedulerKubeconfig),
+			"authorization-kubeconfig":  pkiPath(KeySchedulerKubeconfig),
+			"bind-address":              "0.0.0.0",
+			"kubeconfig":                pkiPath(KeySchedulerKubeconfig),
+			"leader-elect":              "true",
+			"secure-port":               fmt.Sprint(SchedulerPort),
+		},
+		Defaults: map[string]string{"profiling": "false"},
+		Extra:    vc.Spec.ControlPlane.Scheduler.ExtraArgs,
+	}
+}
+
+// pkiPath is where a file of the control-plane certificates Secret is mounted.
+func pkiPath(file string) string { return PKIDir + "/" + file }

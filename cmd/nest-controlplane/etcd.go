@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/pkg/v3/flags"
+	"go.etcd.io/etcd/server/v3/embed"
+	"k8s.io/klog/v2"
+)
+
+// newEtcdCommand runs an etcd member through go.etcd.io/etcd/server/v3/embed, with etcd's own
+// flags (those embed.Config registers, plus --initial-cluster-state).
+func newEtcdCommand() *cobra.Command {
+	return &cobra.Command{
+		Short:              "etcd member",
+		DisableFlagParsing: true,
+		SilenceUsage:       true,
+		RunE: func(_ *cobra.Command, args []string) error {
+			cfg, waitDNS, err := parseEtcdFlags(args)
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runEtcd(ctx, cfg, waitDNS)
+		},
+	}
+}
+
+func parseEtcdFlags(args []string) (*embed.Config, time.Duration, error) {
+	cfg := embed.NewConfig()
+	fs := flag.NewFlagSet("nest-controlplane etcd", flag.ContinueOnError)
+	cfg.AddFlags(fs)
+	state := flags.NewSelectiveStringValue(embed.ClusterStateFlagNew, embed.ClusterStateFlagExisting)
+	fs.Var(state, "initial-cluster-state", "Initial cluster state ('new' when bootstrapping a new cluster or 'existing' when adding new members to an existing cluster). After successful initialization (bootstrapping or adding), flag is ignored on restarts.")
+	waitDNS := fs.Duration("wait-for-dns", 2*time.Minute, "How long to wait, before starting, for the host names of --initial-advertise-peer-urls to resolve (a StatefulSet pod's DNS record appears shortly after the pod); 0 does not wait. Not an upstream etcd flag.")
+	if err := fs.Parse(args); err != nil {
+		return nil, 0, err
+	}
+	if fs.NArg() != 0 {
+		return nil, 0, fmt.Errorf("%q is not a flag", fs.Arg(0))
+	}
+
+	// As etcd's own main does: URL flags are read back from the flag set.
+	cfg.ListenPeerUrls = flags.UniqueURLsFromFlag(fs, "listen-peer-urls")
+	cfg.AdvertisePeerUrls = flags.UniqueURLsFromFlag(fs, "initial-advertise-peer-urls")
+	cfg.ListenClientUrls = flags.UniqueURLsFromFlag(fs, "listen-client-urls")
+	cfg.ListenClientHttpUrls = flags.UniqueURLsFromFlag(fs, "listen-client-http-urls")
+	cfg.AdvertiseClientUrls = flags.UniqueURLsFromFlag(fs, "advertise-client-urls")
+	cfg.ListenMetricsUrls = flags.UniqueURLsFromFlag(fs, "listen-metrics-urls")
+	cfg.CORS = flags.UniqueURLsMapFromFlag(fs, "cors")
+	cfg.HostWhitelist = flags.UniqueStringsMapFromFlag(fs, "host-whitelist")
+	cfg.ClientTLSInfo.AllowedHostnames = flags.StringsFromFlag(fs, "client-cert-allowed-hostname")
+	cfg.PeerTLSInfo.AllowedCNs = flags.StringsFromFlag(fs, "peer-cert-allowed-cn")
+	cfg.PeerTLSInfo.AllowedHostnames = flags.StringsFromFlag(fs, "peer-cert-allowed-hostname")
+	cfg.CipherSuites = flags.StringsFromFlag(fs, "cipher-suites")
+	cfg.MaxConcurrentStreams = flags.Uint32FromFlag(fs, "max-concurrent-streams")
+	cfg.LogOutputs = flags.UniqueStringsFromFlag(fs, "log-outputs")
+	cfg.ClusterState = state.String()
+	if flags.IsSet(fs, "listen-client-urls") && !flags.IsSet(fs, "advertise-client-urls") {
+		cfg.AdvertiseClientUrls = nil
+	}
+	fs.Visit(func(f *flag.Flag) { cfg.FlagsExplicitlySet[f.Name] = true })
+	getBool := func(name string) *bool {
+		v, err := flags.GetBoolFlagVal(fs, name)
+		if err != nil {
+			return nil
+		}
+		return v
+	}
+	if err := embed.SetFeatureGatesFromExperimentalFlags(cfg.ServerFeatureGate, getBool,
+		fs.Lookup(embed.ServerFeatureGateFlagName).Value.String()); err != nil {
+		return nil, 0, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, 0, err
+	}
+	return cfg, *waitDNS, nil
+}
+
+func runEtcd(ctx context.Context, cfg *embed.Config, waitDNS time.Duration) error {
+	if waitDNS > 0 {
+		if err := waitForNames(ctx, cfg.AdvertisePeerUrls, waitDNS); err != nil {
+			return err
+		}
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return fmt.Errorf("starting etcd: %w", err)
+	}
+	defer e.Close()
+	select {
+	case <-e.Server.ReadyNotify():
+		klog.InfoS("etcd is ready to serve clients", "name", cfg.Name)
+	case err := <-e.Err():
+		return fmt.Errorf("etcd stopped before it was ready: %w", err)
+	case <-ctx.Done():
+		klog.InfoS("stopping etcd before it was ready", "name", cfg.Name)
+		return nil
+	}
+	select {
+	case err := <-e.Err():
+		return fmt.Errorf("etcd stopped: %w", err)
+	case <-e.Server.StopNotify():
+		return errors.New("etcd server stopped")
+	case <-ctx.Done():
+		klog.InfoS("stopping etcd", "name", cfg.Name)
+		return nil
+	}
+}
+
+// waitForNames waits until every host name in urls resolves.
+func waitForNames(ctx context.Context, urls []url.URL, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for _, u := range urls {
+		host := u.Hostname()
+		if net.ParseIP(host) != nil || host == "localhost" {
+			continue
+		}
+		start := time.Now()
+		for {
+			_, err := net.DefaultResolver.LookupHost(ctx, host)
+			if err == nil {
+				if waited := time.Since(start); waited > time.Second {
+					klog.InfoS("peer host name resolves", "host", host, "waited", waited.Round(time.Millisecond))
+				}
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("host name %s of --initial-advertise-peer-urls did not resolve within %s: %w", host, timeout, err)
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,87 @@
+// Command nest-controlplane runs one of a tenant's control-plane components: etcd,
+// kube-apiserver, kube-controller-manager or kube-scheduler, each embedded from its upstream
+// package at the version KubeNest is built with. The operator runs it in the tenant's pods;
+// the flags after the subcommand are the upstream component's own.
+package main
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/component-base/cli"
+
+	"github.com/kubenest-io/kubenest/pkg/version"
+)
+
+// subcommand builds the command of one component. Commands are built only when chosen: the
+// upstream apiserver and scheduler commands install signal handlers when they are built, which
+// may happen once per process.
+type subcommand struct {
+	summary string
+	build   func() *cobra.Command
+}
+
+var subcommands = map[string]subcommand{
+	"etcd":               {"etcd (go.etcd.io/etcd/server/v3/embed), with etcd's flags", newEtcdCommand},
+	"apiserver":          {"kube-apiserver, with kube-apiserver's flags", newAPIServerCommand},
+	"controller-manager": {"kube-controller-manager, with its flags; waits for the apiserver first", newControllerManagerCommand},
+	"scheduler":          {"kube-scheduler, with its flags; waits for the apiserver first", newSchedulerCommand},
+	"version":            {"print the version", newVersionCommand},
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage(os.Stdout)
+		return
+	}
+	sub, ok := subcommands[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "nest-controlplane: unknown component %q\n\n", os.Args[1])
+		usage(os.Stderr)
+		os.Exit(2)
+	}
+	cmd := sub.build()
+	cmd.Use = "nest-controlplane " + os.Args[1]
+	cmd.SetArgs(os.Args[2:])
+	os.Exit(cli.Run(cmd))
+}
+
+func usage(w *os.File) {
+	fmt.Fprintf(w, "nest-controlplane runs one control-plane component of a KubeNest tenant.\n\n")
+	fmt.Fprintf(w, "Usage: nest-controlplane <component> [flags of that component]\n\nComponents:\n")
+	names := make([]string, 0, len(subcommands))
+	for n := range subcommands {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-20s %s\n", n, subcommands[n].summary)
+	}
+	fmt.Fprintf(w, "\n'nest-controlplane <component> --help' lists the component's flags.\n%s\n", version.String())
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Short: "print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), version.String())
+		},
+	}
+}
+
+// flagValue finds the value of --name in args, in the forms --name=value and --name value.
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v
+		}
+		if a == "--"+name && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}

@@ -1,0 +1,154 @@
+// Command nest-operator runs KubeNest's controllers in the host cluster: for every
+// VirtualCluster it issues the tenant's certificates, runs its etcd and control plane as pods in
+// the VirtualCluster's namespace and writes its admin kubeconfig Secret.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/virtualcluster"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/naming"
+	"github.com/kubenest-io/kubenest/pkg/version"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "nest-operator: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	settings := controlplane.DefaultSettings()
+	settings.Image = "kubenest.io/kubenest:" + version.Version
+	var (
+		metricsAddr, probeAddr, pullPolicy string
+		leaderElect, showVersion           bool
+		leaderElectionNamespace            string
+		workers                            int
+		nodePortAddress                    string
+	)
+	fs := flag.CommandLine
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `nest-operator runs KubeNest's controllers in the host cluster.
+
+For each VirtualCluster it issues the tenant's certificates, runs the tenant's etcd,
+kube-apiserver, kube-controller-manager and kube-scheduler as pods in the VirtualCluster's
+namespace, checks the tenant's /readyz and writes the admin kubeconfig Secret
+<name>-kubeconfig (key "value").
+
+It reaches the host cluster through --kubeconfig, or in-cluster configuration when run as a pod.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint listens on; \"0\" turns it off.")
+	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints listen on.")
+	fs.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader among replicas, so only one reconciles at a time.")
+	fs.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to the pod's own namespace.")
+	fs.IntVar(&workers, "workers", 8, "VirtualClusters reconciled at the same time.")
+	fs.StringVar(&settings.Image, "controlplane-image", settings.Image, "Image the tenant pods run (it holds nest-controlplane).")
+	fs.StringVar(&pullPolicy, "image-pull-policy", string(settings.ImagePullPolicy), "Pull policy of the tenant pods: Always, IfNotPresent or Never.")
+	fs.StringVar(&settings.HostClusterDomain, "host-cluster-domain", settings.HostClusterDomain, "DNS domain of the host cluster, for the Service names in tenant certificates.")
+	fs.StringVar(&settings.ServiceCIDR, "tenant-service-cidr", settings.ServiceCIDR, "Range tenants' Services get ClusterIPs from; must not overlap the host's Service or pod ranges.")
+	fs.StringVar(&nodePortAddress, "nodeport-address", "", "Address in NodePort endpoints and certificates; empty uses the address of the oldest Ready host node.")
+	fs.DurationVar(&settings.LeafValidity, "leaf-certificate-validity", 0, "Validity of tenant leaf certificates; 0 means one year. Short values are for testing rotation.")
+	fs.BoolVar(&showVersion, "version", false, "Print the version and exit.")
+	klog.InitFlags(fs)
+	flag.Parse()
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q; see --help", fs.Arg(0))
+	}
+	if showVersion {
+		fmt.Println(version.String())
+		return nil
+	}
+	settings.ImagePullPolicy = corev1.PullPolicy(pullPolicy)
+	switch settings.ImagePullPolicy {
+	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return fmt.Errorf("--image-pull-policy %q: must be Always, IfNotPresent or Never", pullPolicy)
+	}
+	if err := settings.Validate(); err != nil {
+		return err
+	}
+	ctrl.SetLogger(klog.Background())
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("host cluster configuration: %w", err)
+	}
+	// The operator caches only what belongs to tenants, not every Secret and pod of the host.
+	tenantOwned, err := labels.NewRequirement(naming.LabelVirtualCluster, selection.Exists, nil)
+	if err != nil {
+		return err
+	}
+	owned := cache.ByObject{Label: labels.NewSelector().Add(*tenantOwned)}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "kubenest-operator.kubenest.io",
+		LeaderElectionNamespace: leaderElectionNamespace,
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				&corev1.Secret{}:      owned,
+				&corev1.Pod{}:         owned,
+				&corev1.Service{}:     owned,
+				&appsv1.StatefulSet{}: owned,
+				&appsv1.Deployment{}:  owned,
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := (&virtualcluster.Reconciler{
+		Client:          mgr.GetClient(),
+		APIReader:       mgr.GetAPIReader(),
+		Settings:        settings,
+		Recorder:        mgr.GetEventRecorder("kubenest-operator"),
+		NodePortAddress: nodePortAddress,
+	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: workers}); err != nil {
+		return fmt.Errorf("setting up the VirtualCluster controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("starting", "version", version.String(), "controlplaneImage", settings.Image,
+		"tenantServiceCIDR", settings.ServiceCIDR, "workers", workers, "startedAt", time.Now().UTC().Format(time.RFC3339))
+	return mgr.Start(ctrl.SetupSignalHandler())
+}

@@ -1,0 +1,259 @@
+// Package virtualcluster reconciles VirtualClusters: it issues each tenant's certificates, runs
+// its etcd and control plane as pods in the VirtualCluster's namespace, checks the tenant's
+// apiserver answers, and writes the admin kubeconfig Secret.
+package virtualcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/ssa"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/naming"
+)
+
+// FieldOwner is the server-side apply field manager of everything this controller applies.
+const FieldOwner = "kubenest-operator"
+
+var fieldOwner = client.FieldOwner(FieldOwner)
+
+// Named requeue intervals. Everything else is woken by watches.
+const (
+	// probeRetryInterval: the control-plane pods are ready, but /readyz through the Service did
+	// not answer yet (the Service's endpoints are still being programmed).
+	probeRetryInterval = time.Second
+	// healthCheckInterval: how often a Ready tenant's /readyz is checked again.
+	healthCheckInterval = 2 * time.Minute
+	// deletionRetryInterval: how often deletion checks whether the tenant's objects are gone.
+	deletionRetryInterval = time.Second
+	// endpointRetryInterval: waiting for a node address or a load balancer.
+	endpointRetryInterval = 10 * time.Second
+)
+
+// Reconciler reconciles VirtualClusters.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads from the API server directly, where the cache could be stale.
+	APIReader client.Reader
+	Settings  controlplane.Settings
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	// NodePortAddress, when set, is the address NodePort endpoints use instead of a host
+	// node's own address (for example a DNS name in front of the nodes).
+	NodePortAddress string
+	// TenantDial dials tenant apiservers; nil dials directly. Tests use it to route the
+	// in-cluster Service address to where they run the tenant.
+	TenantDial func(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// +kubebuilder:rbac:groups=kubenest.io,resources=virtualclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=kubenest.io,resources=virtualclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=kubenest.io,resources=virtualclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=secrets;services,verbs=get;list;watch;create;update;patch;delete;deletecollection
+// +kubebuilder:rbac:groups=apps,resources=statefulsets;deployments,verbs=get;list;watch;create;update;patch;delete;deletecollection
+// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch;delete;deletecollection
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager registers the controller. It watches what it owns, so a change to a pod,
+// StatefulSet, Deployment, Service or Secret of a tenant wakes that tenant's reconcile.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.VirtualCluster{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.Secret{}).
+		Watches(&corev1.Pod{}, podToVirtualCluster()).
+		WithOptions(opts).
+		Named("virtualcluster").
+		Complete(r)
+}
+
+// Reconcile brings one VirtualCluster's host objects to its spec and reports in its status.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	vc := &v1alpha1.VirtualCluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, vc); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !vc.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, vc)
+	}
+	if !controllerutil.ContainsFinalizer(vc, naming.FinalizerVirtualCluster) {
+		patch := client.MergeFrom(vc.DeepCopy())
+		controllerutil.AddFinalizer(vc, naming.FinalizerVirtualCluster)
+		if err := r.Client.Patch(ctx, vc, patch); err != nil {
+			return reconcile.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+
+	before := vc.DeepCopy()
+	conds := conditions{list: &vc.Status.Conditions, generation: vc.Generation, now: r.Clock.Now()}
+	result, err := r.reconcileNormal(ctx, vc, conds)
+	conds.ready()
+	vc.Status.Phase = phase(vc.Status.Conditions, before.Status.Phase, false)
+	if err == nil {
+		vc.Status.ObservedGeneration = vc.Generation
+	}
+	if perr := r.Client.Status().Patch(ctx, vc, client.MergeFrom(before)); perr != nil {
+		err = errors.Join(err, fmt.Errorf("patching status: %w", perr))
+	}
+	if err == nil && before.Status.Phase != vc.Status.Phase {
+		log := ctrl.LoggerFrom(ctx)
+		log.Info("phase changed", "from", before.Status.Phase, "to", vc.Status.Phase)
+		if vc.Status.Phase == v1alpha1.PhaseReady {
+			r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "Ready", "Reconcile", "tenant apiserver ready at %s", vc.Status.Endpoint)
+		}
+	}
+	return result, err
+}
+
+// reconcileNormal applies the tenant's objects in dependency order, recording each step in a
+// condition. It never waits: what is not ready yet is reported and a watch wakes the next pass.
+func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCluster, conds conditions) (reconcile.Result, error) {
+	// Checks the CRD's rules cannot make, or that objects created before a rule existed skip.
+	if _, err := controlplane.ControlPlaneDeployment(vc, r.Settings, ""); err != nil {
+		conds.invalidSpec(err)
+		return reconcile.Result{}, reconcile.TerminalError(err)
+	}
+
+	// Services first: the apiserver's certificate names the address its Service got.
+	apiSvc := controlplane.APIServerService(vc)
+	for _, svc := range []*corev1.Service{controlplane.EtcdPeerService(vc), controlplane.EtcdClientService(vc), apiSvc} {
+		if err := ssa.Apply(ctx, r.Client, svc, FieldOwner); err != nil {
+			conds.applyFailed(v1alpha1.ConditionAPIServerReady, "Service "+svc.Name)
+			return reconcile.Result{}, err
+		}
+	}
+	exposure, err := r.exposure(ctx, vc, apiSvc)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+
+	pki, err := r.reconcilePKI(ctx, vc, exposure, conds)
+	if err != nil || pki == nil {
+		return reconcile.Result{}, err
+	}
+
+	etcd := controlplane.EtcdStatefulSet(vc, r.Settings, controlplane.ContentHash(pki.etcdSecret))
+	if err := ssa.Apply(ctx, r.Client, etcd, FieldOwner); err != nil {
+		conds.applyFailed(v1alpha1.ConditionEtcdReady, "etcd StatefulSet")
+		return reconcile.Result{}, err
+	}
+	deploy, err := controlplane.ControlPlaneDeployment(vc, r.Settings, controlplane.ContentHash(pki.controlPlaneSecret))
+	if err != nil {
+		return reconcile.Result{}, reconcile.TerminalError(err)
+	}
+	if err := ssa.Apply(ctx, r.Client, deploy, FieldOwner); err != nil {
+		conds.applyFailed(v1alpha1.ConditionAPIServerReady, "control-plane Deployment")
+		return reconcile.Result{}, err
+	}
+	etcdProblem, cpProblem, err := r.podProblems(ctx, vc)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	conds.etcd(etcd, etcdProblem)
+
+	// The kubeconfig can be written as soon as the endpoint is known.
+	names := naming.For(vc.Name)
+	result := reconcile.Result{}
+	if exposure.Endpoint != "" {
+		secret, err := controlplane.KubeconfigSecret(vc, pki.authorities, pki.leaves, exposure.Endpoint)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if err := ssa.Apply(ctx, r.Client, secret, FieldOwner); err != nil {
+			conds.applyFailed(v1alpha1.ConditionKubeconfigReady, "kubeconfig Secret")
+			return reconcile.Result{}, err
+		}
+		vc.Status.Endpoint = exposure.Endpoint
+		vc.Status.KubeconfigSecretRef = &v1alpha1.SecretKeyReference{Name: secret.Name, Key: controlplane.KeyKubeconfig}
+	} else {
+		result.RequeueAfter = endpointRetryInterval
+	}
+	conds.kubeconfig(exposure, names.KubeconfigSecret())
+
+	var probeErr error
+	if deploy.Status.ReadyReplicas > 0 {
+		version, err := r.checkTenant(ctx, vc, pki)
+		probeErr = err
+		if err != nil {
+			ctrl.LoggerFrom(ctx).V(1).Info("tenant apiserver not reachable yet", "err", err)
+			result.RequeueAfter = probeRetryInterval
+		} else {
+			vc.Status.Version = version
+		}
+	}
+	conds.apiServer(deploy, probeErr, cpProblem)
+
+	if conds.isTrue(v1alpha1.ConditionAPIServerReady) && conds.isTrue(v1alpha1.ConditionKubeconfigReady) &&
+		conds.isTrue(v1alpha1.ConditionEtcdReady) && result.RequeueAfter == 0 {
+		result.RequeueAfter = min(healthCheckInterval, max(time.Second, pki.leaves.EarliestRenewal().Sub(conds.now)))
+	}
+	return result, nil
+}
+
+// exposure reads where the apiserver Service was published.
+func (r *Reconciler) exposure(ctx context.Context, vc *v1alpha1.VirtualCluster, svc *corev1.Service) (controlplane.Exposure, error) {
+	addr := ""
+	if svc.Spec.Type == corev1.ServiceTypeNodePort {
+		addr = r.NodePortAddress
+		if addr == "" {
+			nodes := &corev1.NodeList{}
+			if err := r.Client.List(ctx, nodes); err != nil {
+				return controlplane.Exposure{}, fmt.Errorf("listing nodes: %w", err)
+			}
+			addr = controlplane.PickNodeAddress(nodes.Items)
+		}
+	}
+	return controlplane.ResolveExposure(vc, svc, addr), nil
+}
+
+// podProblems describes what the etcd and control-plane pods are waiting for, if anything.
+func (r *Reconciler) podProblems(ctx context.Context, vc *v1alpha1.VirtualCluster) (etcd, cp string, err error) {
+	names := naming.For(vc.Name)
+	for _, c := range []struct {
+		component string
+		out       *string
+	}{{naming.ComponentEtcd, &etcd}, {naming.ComponentControlPlane, &cp}} {
+		pods := &corev1.PodList{}
+		if err := r.Client.List(ctx, pods, client.InNamespace(vc.Namespace), client.MatchingLabels(names.Labels(c.component))); err != nil {
+			return "", "", fmt.Errorf("listing %s pods: %w", c.component, err)
+		}
+		*c.out = podProblem(pods.Items)
+	}
+	return etcd, cp, nil
+}
+
+// podToVirtualCluster maps a tenant component's pod to its VirtualCluster, by its label.
+func podToVirtualCluster() handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		name := obj.GetLabels()[naming.LabelVirtualCluster]
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+	})
+}

@@ -1,0 +1,78 @@
+package virtualcluster
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/naming"
+)
+
+// tenantKinds are the kinds of host object a tenant owns, workloads first so that pods stop
+// before the Secrets they mount go.
+var tenantKinds = []struct {
+	kind string
+	list client.ObjectList
+	obj  client.Object
+}{
+	{"Deployment", &appsv1.DeploymentList{}, &appsv1.Deployment{}},
+	{"StatefulSet", &appsv1.StatefulSetList{}, &appsv1.StatefulSet{}},
+	{"Pod", &corev1.PodList{}, &corev1.Pod{}},
+	{"PersistentVolumeClaim", &corev1.PersistentVolumeClaimList{}, &corev1.PersistentVolumeClaim{}},
+	{"Service", &corev1.ServiceList{}, &corev1.Service{}},
+	{"Secret", &corev1.SecretList{}, &corev1.Secret{}},
+}
+
+// reconcileDelete removes everything the tenant has in the host and only then releases the
+// VirtualCluster. Owner references would remove it too, but later and unseen; waiting here
+// means a deleted VirtualCluster leaves nothing behind, and a new one of the same name never
+// meets the old one's objects.
+func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCluster) (reconcile.Result, error) {
+	if !controllerutil.ContainsFinalizer(vc, naming.FinalizerVirtualCluster) {
+		return reconcile.Result{}, nil
+	}
+	log := ctrl.LoggerFrom(ctx)
+	selector := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
+	remaining := 0
+	for _, k := range tenantKinds {
+		if err := r.APIReader.List(ctx, k.list, client.InNamespace(vc.Namespace), selector); err != nil {
+			return reconcile.Result{}, fmt.Errorf("listing %ss: %w", k.kind, err)
+		}
+		n := meta.LenList(k.list)
+		if n == 0 {
+			continue
+		}
+		remaining += n
+		if err := r.Client.DeleteAllOf(ctx, k.obj, client.InNamespace(vc.Namespace), selector,
+			client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+			return reconcile.Result{}, fmt.Errorf("deleting %ss: %w", k.kind, err)
+		}
+	}
+	if remaining > 0 {
+		before := vc.DeepCopy()
+		conds := conditions{list: &vc.Status.Conditions, generation: vc.Generation, now: r.Clock.Now()}
+		conds.set(v1alpha1.ConditionReady, false, ReasonDeleting, fmt.Sprintf("deleting the tenant: %d host objects remain", remaining))
+		vc.Status.Phase = v1alpha1.PhaseDeleting
+		if err := r.Client.Status().Patch(ctx, vc, client.MergeFrom(before)); err != nil {
+			return reconcile.Result{}, fmt.Errorf("patching status: %w", err)
+		}
+		log.V(1).Info("waiting for the tenant's host objects to go", "remaining", remaining)
+		return reconcile.Result{RequeueAfter: deletionRetryInterval}, nil
+	}
+	patch := client.MergeFrom(vc.DeepCopy())
+	controllerutil.RemoveFinalizer(vc, naming.FinalizerVirtualCluster)
+	if err := r.Client.Patch(ctx, vc, patch); err != nil {
+		return reconcile.Result{}, fmt.Errorf("removing finalizer: %w", err)
+	}
+	log.Info("tenant deleted; nothing of it is left in the host")
+	return reconcile.Result{}, nil
+}

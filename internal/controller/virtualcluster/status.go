@@ -1,0 +1,184 @@
+package virtualcluster
+
+import (
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
+)
+
+// Reasons of the VirtualCluster's conditions. Messages are written here, never copied from
+// errors, so they stay stable and carry no secrets.
+const (
+	ReasonIssued             = "Issued"
+	ReasonCAInvalid          = "CAInvalid"
+	ReasonInvalidSpec        = "InvalidSpec"
+	ReasonApplyFailed        = "ApplyFailed"
+	ReasonWaitingForPods     = "WaitingForPods"
+	ReasonMembersReady       = "MembersReady"
+	ReasonNotReachable       = "NotReachable"
+	ReasonReady              = "Ready"
+	ReasonWaitingForEndpoint = "WaitingForEndpoint"
+	ReasonWritten            = "Written"
+	ReasonNotReady           = "NotReady"
+	ReasonDeleting           = "Deleting"
+)
+
+// conditions sets the conditions of one status, each stamped with the generation it describes.
+type conditions struct {
+	list       *[]metav1.Condition
+	generation int64
+	now        time.Time
+}
+
+func (c conditions) set(typ string, ok bool, reason, message string) {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(c.list, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: message,
+		ObservedGeneration: c.generation, LastTransitionTime: metav1.NewTime(c.now),
+	})
+}
+
+func (c conditions) isTrue(typ string) bool { return meta.IsStatusConditionTrue(*c.list, typ) }
+
+// invalidSpec marks every condition false: the spec must change before anything proceeds.
+func (c conditions) invalidSpec(err error) {
+	msg := "the spec cannot be carried out: " + err.Error()
+	for _, t := range []string{v1alpha1.ConditionCertificatesReady, v1alpha1.ConditionEtcdReady,
+		v1alpha1.ConditionAPIServerReady, v1alpha1.ConditionKubeconfigReady} {
+		if !c.isTrue(t) {
+			c.set(t, false, ReasonInvalidSpec, msg)
+		}
+	}
+}
+
+func (c conditions) applyFailed(typ, what string) {
+	c.set(typ, false, ReasonApplyFailed, "could not apply the "+what+" in the host; retrying")
+}
+
+func (c conditions) certificatesIssued(leaves controlplane.Leaves) {
+	leaf, at := leaves.EarliestExpiry()
+	c.set(v1alpha1.ConditionCertificatesReady, true, ReasonIssued,
+		fmt.Sprintf("%d certificates valid; the first to expire is %s, at %s", len(leaves), leaf, at.UTC().Format(time.RFC3339)))
+}
+
+func (c conditions) caInvalid(problem string) {
+	c.set(v1alpha1.ConditionCertificatesReady, false, ReasonCAInvalid,
+		"the tenant's CA Secret is unusable ("+problem+"); it is never replaced automatically, see the CA rotation procedure")
+}
+
+// etcd reports the etcd StatefulSet's readiness; problem is what its pods are waiting for.
+func (c conditions) etcd(sts *appsv1.StatefulSet, problem string) {
+	want := ptr.Deref(sts.Spec.Replicas, 1)
+	ready := sts.Status.ReadyReplicas
+	if sts.Status.ObservedGeneration >= sts.Generation && ready >= want && sts.Status.UpdatedReplicas >= want {
+		c.set(v1alpha1.ConditionEtcdReady, true, ReasonMembersReady, fmt.Sprintf("%d/%d etcd members ready", ready, want))
+		return
+	}
+	c.set(v1alpha1.ConditionEtcdReady, false, ReasonWaitingForPods, withProblem(fmt.Sprintf("%d/%d etcd members ready", ready, want), problem))
+}
+
+// apiServer reports whether the tenant's apiserver answered /readyz.
+func (c conditions) apiServer(d *appsv1.Deployment, probeErr error, problem string) {
+	switch {
+	case d.Status.ReadyReplicas == 0:
+		c.set(v1alpha1.ConditionAPIServerReady, false, ReasonWaitingForPods,
+			withProblem(fmt.Sprintf("0/%d control-plane pods ready", ptr.Deref(d.Spec.Replicas, 1)), problem))
+	case probeErr != nil:
+		c.set(v1alpha1.ConditionAPIServerReady, false, ReasonNotReachable,
+			"control-plane pods are ready but the operator could not reach the tenant's /readyz through its Service yet")
+	default:
+		c.set(v1alpha1.ConditionAPIServerReady, true, ReasonReady,
+			fmt.Sprintf("/readyz answered ok; %d/%d control-plane pods ready", d.Status.ReadyReplicas, ptr.Deref(d.Spec.Replicas, 1)))
+	}
+}
+
+func (c conditions) kubeconfig(exp controlplane.Exposure, secret string) {
+	if exp.Endpoint == "" {
+		c.set(v1alpha1.ConditionKubeconfigReady, false, ReasonWaitingForEndpoint, "waiting for the endpoint: "+exp.Waiting)
+		return
+	}
+	c.set(v1alpha1.ConditionKubeconfigReady, true, ReasonWritten,
+		fmt.Sprintf("Secret %s holds the admin kubeconfig for %s", secret, exp.Endpoint))
+}
+
+// ready is true when every other condition is.
+func (c conditions) ready() {
+	for _, t := range []string{v1alpha1.ConditionCertificatesReady, v1alpha1.ConditionEtcdReady,
+		v1alpha1.ConditionAPIServerReady, v1alpha1.ConditionKubeconfigReady} {
+		if !c.isTrue(t) {
+			cond := meta.FindStatusCondition(*c.list, t)
+			msg := t + " is not True"
+			if cond != nil {
+				msg = t + ": " + cond.Message
+			}
+			c.set(v1alpha1.ConditionReady, false, ReasonNotReady, msg)
+			return
+		}
+	}
+	c.set(v1alpha1.ConditionReady, true, ReasonReady, "the tenant's apiserver answers and its kubeconfig is written")
+}
+
+// phase summarises conditions for people: previous is the phase before this pass.
+func phase(conds []metav1.Condition, previous v1alpha1.VirtualClusterPhase, deleting bool) v1alpha1.VirtualClusterPhase {
+	ready := meta.FindStatusCondition(conds, v1alpha1.ConditionReady)
+	switch {
+	case deleting:
+		return v1alpha1.PhaseDeleting
+	case ready == nil:
+		return v1alpha1.PhasePending
+	case ready.Status == metav1.ConditionTrue:
+		return v1alpha1.PhaseReady
+	}
+	for _, c := range conds {
+		if c.Reason == ReasonInvalidSpec || c.Reason == ReasonCAInvalid {
+			return v1alpha1.PhaseFailed
+		}
+	}
+	if previous == v1alpha1.PhaseReady || previous == v1alpha1.PhaseDegraded {
+		return v1alpha1.PhaseDegraded
+	}
+	return v1alpha1.PhaseProvisioning
+}
+
+// podProblem describes, for people, why the first of pods that is not ready is not: a
+// scheduling failure, a container waiting (image, crash loop) or a failing probe.
+func podProblem(pods []corev1.Pod) string {
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse {
+				return fmt.Sprintf("pod %s cannot be scheduled: %s", p.Name, cond.Message)
+			}
+		}
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" && w.Reason != "PodInitializing" {
+				msg := fmt.Sprintf("container %s of pod %s is waiting: %s", cs.Name, p.Name, w.Reason)
+				if t := cs.LastTerminationState.Terminated; t != nil {
+					msg += fmt.Sprintf(" (last exit code %d)", t.ExitCode)
+				}
+				return msg
+			}
+		}
+	}
+	return ""
+}
+
+func withProblem(msg, problem string) string {
+	if problem == "" {
+		return msg
+	}
+	return msg + "; " + problem
+}

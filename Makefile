@@ -68,8 +68,8 @@ lint: ## gofmt and go vet.
 	go vet ./...
 
 .PHONY: test
-test: lint verify-gen ## Unit and integration tests (real kube-apiserver and etcd, in-process).
-	go test ./...
+test: lint verify-gen $(BIN_DIR)/nest-controlplane ## Unit and integration tests (real kube-apiserver, etcd and tenant processes; no cluster needed).
+	NEST_CONTROLPLANE=$(CURDIR)/$(BIN_DIR)/nest-controlplane go test ./...
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(TOOLS_DIR)

@@ -186,7 +186,7 @@ func freeURL(t *testing.T) url.URL {
 func writeKubeconfig(cfg *rest.Config, path string) error {
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData,
-		InsecureSkipTLSVerify: cfg.Insecure}
+		CertificateAuthority: cfg.CAFile, TLSServerName: cfg.ServerName, InsecureSkipTLSVerify: cfg.Insecure}
 	kc.AuthInfos["test"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken,
 		ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
 	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "test"}

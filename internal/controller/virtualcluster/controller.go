@@ -45,7 +45,7 @@ const (
 	// deletionRetryInterval: how often deletion checks whether the tenant's objects are gone.
 	deletionRetryInterval = time.Second
 	// endpointRetryInterval: waiting for a node address or a load balancer.
-	endpointRetryInterval = 10 * time.Second
+	endpointRetryInterval = 5 * time.Second
 )
 
 // Reconciler reconciles VirtualClusters.

@@ -1,0 +1,482 @@
+package virtualcluster_test
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/virtualcluster"
+	"github.com/kubenest-io/kubenest/internal/testenv"
+	"github.com/kubenest-io/kubenest/internal/testtenant"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/kubeconfig"
+	"github.com/kubenest-io/kubenest/pkg/naming"
+	"github.com/kubenest-io/kubenest/pkg/pki"
+)
+
+const ns = "tenants"
+
+// operator runs the VirtualCluster reconciler against env until stop is called. Tenant
+// apiservers are dialled through tenants: in-cluster Service address to where the test runs it.
+type operator struct {
+	env     *testenv.Env
+	tenants *tenantRoutes
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+type tenantRoutes struct{ m atomic.Pointer[map[string]string] }
+
+func (r *tenantRoutes) set(from, to string) {
+	m := map[string]string{from: to}
+	if old := r.m.Load(); old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	r.m.Store(&m)
+}
+
+func (r *tenantRoutes) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if m := r.m.Load(); m != nil {
+		if to, ok := (*m)[addr]; ok {
+			return (&net.Dialer{}).DialContext(ctx, network, to)
+		}
+	}
+	return nil, fmt.Errorf("no tenant runs at %s in this test", addr)
+}
+
+func startOperator(t *testing.T, env *testenv.Env, routes *tenantRoutes) *operator {
+	t.Helper()
+	ctrl.SetLogger(klog.Background())
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := controlplane.DefaultSettings()
+	settings.Image = "kubenest.io/kubenest:test"
+	if err := (&virtualcluster.Reconciler{
+		Client:     mgr.GetClient(),
+		APIReader:  mgr.GetAPIReader(),
+		Settings:   settings,
+		Recorder:   mgr.GetEventRecorder("kubenest-operator"),
+		TenantDial: routes.dial,
+	}).SetupWithManager(mgr, controller.Options{SkipNameValidation: ptrTrue()}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	op := &operator{env: env, tenants: routes, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(op.done)
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("operator: %v", err)
+		}
+	}()
+	t.Cleanup(op.stop)
+	return op
+}
+
+func (o *operator) stop() {
+	o.cancel()
+	<-o.done
+}
+
+func ptrTrue() *bool { b := true; return &b }
+
+// TestLifecycle follows one VirtualCluster from creation to Ready (with a real tenant control
+// plane run from the Secrets the operator wrote) and to deletion.
+func TestLifecycle(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{Controllers: []string{"garbagecollector"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := env.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	routes := &tenantRoutes{}
+	parent := t
+	op := startOperator(t, env, routes)
+
+	vc := &v1alpha1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: ns},
+		Spec: v1alpha1.VirtualClusterSpec{
+			ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{ExtraSANs: []string{"alpha.example.com"}}},
+			Etcd:         v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
+		},
+	}
+	if err := c.Create(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	names := naming.For(vc.Name)
+
+	t.Run("provisioning", func(t *testing.T) {
+		// Without pods running, the operator gets as far as it can and says what it waits for.
+		got := waitFor(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) bool {
+			return isTrue(v, v1alpha1.ConditionCertificatesReady) && isTrue(v, v1alpha1.ConditionKubeconfigReady) &&
+				reason(v, v1alpha1.ConditionEtcdReady) == virtualcluster.ReasonWaitingForPods
+		})
+		if got.Status.Phase != v1alpha1.PhaseProvisioning || isTrue(got, v1alpha1.ConditionReady) {
+			t.Errorf("phase %s, Ready %v; want Provisioning, not Ready", got.Status.Phase, isTrue(got, v1alpha1.ConditionReady))
+		}
+		if !slices.Contains(got.Finalizers, naming.FinalizerVirtualCluster) {
+			t.Errorf("finalizers %v lack %s", got.Finalizers, naming.FinalizerVirtualCluster)
+		}
+		if want := "https://alpha-apiserver.tenants.svc:6443"; got.Status.Endpoint != want {
+			t.Errorf("endpoint %q, want %q", got.Status.Endpoint, want)
+		}
+		if ref := got.Status.KubeconfigSecretRef; ref == nil || ref.Name != "alpha-kubeconfig" || ref.Key != "value" {
+			t.Errorf("kubeconfigSecretRef %+v", ref)
+		}
+	})
+
+	t.Run("owned objects", func(t *testing.T) {
+		got := &v1alpha1.VirtualCluster{}
+		if err := c.Get(ctx, key(vc.Name), got); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range []client.Object{
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: names.APIServerService()}},
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: names.EtcdClientService()}},
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: names.EtcdPeerService()}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.CASecret()}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.EtcdCertsSecret()}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.ControlPlaneCertsSecret()}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.KubeconfigSecret()}},
+			&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: names.EtcdStatefulSet()}},
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: names.ControlPlaneDeployment()}},
+		} {
+			if err := c.Get(ctx, key(o.GetName()), o); err != nil {
+				t.Errorf("%T %s: %v", o, o.GetName(), err)
+				continue
+			}
+			owner := metav1.GetControllerOf(o)
+			if owner == nil || owner.UID != got.UID || owner.Kind != "VirtualCluster" {
+				t.Errorf("%T %s: controller owner %+v, want the VirtualCluster", o, o.GetName(), owner)
+			}
+			if o.GetLabels()[naming.LabelVirtualCluster] != vc.Name {
+				t.Errorf("%T %s: labels %v", o, o.GetName(), o.GetLabels())
+			}
+		}
+	})
+
+	t.Run("secrets", func(t *testing.T) {
+		ca := secret(t, ctx, c, names.CASecret())
+		cp := secret(t, ctx, c, names.ControlPlaneCertsSecret())
+		etcd := secret(t, ctx, c, names.EtcdCertsSecret())
+		kc := secret(t, ctx, c, names.KubeconfigSecret())
+		for _, k := range []string{"ca.key", "front-proxy-ca.key", "etcd-ca.key", "sa.key"} {
+			if len(ca.Data[k]) == 0 {
+				t.Errorf("CA Secret lacks %s", k)
+			}
+		}
+		// CA keys stay in the CA Secret: nothing a pod mounts holds them.
+		for _, s := range []*corev1.Secret{cp, etcd, kc} {
+			for _, k := range []string{"ca.key", "front-proxy-ca.key", "etcd-ca.key"} {
+				if _, ok := s.Data[k]; ok {
+					t.Errorf("Secret %s holds CA key %s", s.Name, k)
+				}
+			}
+		}
+		caCert, err := pki.ParseCert(ca.Data["ca.crt"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		apiCert, err := pki.ParseCert(cp.Data["apiserver.crt"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := apiCert.CheckSignatureFrom(caCert); err != nil {
+			t.Errorf("apiserver certificate not signed by the tenant CA: %v", err)
+		}
+		svc := &corev1.Service{}
+		if err := c.Get(ctx, key(names.APIServerService()), svc); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"alpha-apiserver.tenants.svc", "kubernetes.default.svc", "alpha.example.com", svc.Spec.ClusterIP} {
+			if err := apiCert.VerifyHostname(name); err != nil {
+				t.Errorf("apiserver certificate: %v", err)
+			}
+		}
+		if validity := apiCert.NotAfter.Sub(apiCert.NotBefore); validity < 364*24*time.Hour || validity > 366*24*time.Hour {
+			t.Errorf("apiserver certificate valid for %s, want a year", validity)
+		}
+		for _, k := range []string{"etcd-server.crt", "etcd-server.key", "etcd-peer.crt", "etcd-peer.key", "ca.crt"} {
+			if len(etcd.Data[k]) == 0 {
+				t.Errorf("etcd certificates Secret lacks %s", k)
+			}
+		}
+		for _, key := range []string{controlplane.KeyKubeconfig, controlplane.KeyInClusterKubeconfig} {
+			cfg, err := kubeconfig.Parse(kc.Data[key])
+			if err != nil {
+				t.Fatalf("kubeconfig %s: %v", key, err)
+			}
+			if cfg.Server != "https://alpha-apiserver.tenants.svc:6443" {
+				t.Errorf("kubeconfig %s server %s", key, cfg.Server)
+			}
+			cert, err := pki.ParseCert(cfg.ClientCertPEM)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cert.Subject.CommonName != controlplane.AdminUser || !slices.Equal(cert.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) {
+				t.Errorf("kubeconfig %s client certificate %s %v", key, cert.Subject, cert.ExtKeyUsage)
+			}
+		}
+	})
+
+	t.Run("operator restart reuses everything", func(t *testing.T) {
+		before := map[string]string{}
+		for _, n := range []string{names.CASecret(), names.ControlPlaneCertsSecret(), names.EtcdCertsSecret(), names.KubeconfigSecret()} {
+			before[n] = secret(t, ctx, c, n).ResourceVersion
+		}
+		deploy := &appsv1.Deployment{}
+		if err := c.Get(ctx, key(names.ControlPlaneDeployment()), deploy); err != nil {
+			t.Fatal(err)
+		}
+		op.stop()
+		op = startOperator(parent, env, routes) // runs past this subtest
+		// A spec change makes the new operator reconcile.
+		patchVC(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) {
+			v.Spec.ControlPlane.APIServer.ExtraArgs = map[string]string{"v": "1"}
+		})
+		waitFor(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) bool {
+			return v.Status.ObservedGeneration == v.Generation
+		})
+		for n, rv := range before {
+			if got := secret(t, ctx, c, n).ResourceVersion; got != rv {
+				t.Errorf("Secret %s changed (resourceVersion %s -> %s); certificates must be reused", n, rv, got)
+			}
+		}
+		after := &appsv1.Deployment{}
+		if err := c.Get(ctx, key(names.ControlPlaneDeployment()), after); err != nil {
+			t.Fatal(err)
+		}
+		if a, b := deploy.Spec.Template.Annotations[naming.AnnotationConfigHash], after.Spec.Template.Annotations[naming.AnnotationConfigHash]; a != b {
+			t.Errorf("config hash changed %s -> %s", a, b)
+		}
+		if !slices.Contains(after.Spec.Template.Spec.Containers[0].Args, "--v=1") {
+			t.Errorf("extra arg --v=1 not in apiserver args %v", after.Spec.Template.Spec.Containers[0].Args)
+		}
+	})
+
+	t.Run("ready with a real tenant", func(t *testing.T) {
+		got := &v1alpha1.VirtualCluster{}
+		if err := c.Get(ctx, key(vc.Name), got); err != nil {
+			t.Fatal(err)
+		}
+		tenant := testtenant.Run(t, testtenant.Binary(t), got, controlplane.DefaultSettings(),
+			secret(t, ctx, c, names.EtcdCertsSecret()), secret(t, ctx, c, names.ControlPlaneCertsSecret()))
+		routes.set(fmt.Sprintf("%s.%s.svc:6443", names.APIServerService(), ns), tenant.APIServerAddress)
+		kc := secret(t, ctx, c, names.KubeconfigSecret())
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(kc.Data[controlplane.KeyKubeconfig])
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Dial = routes.dial
+		if err := tenant.WaitReady(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		// The test plays the kubelet and the host's workload controllers: the pods are Ready.
+		markStatefulSetReady(t, ctx, c, names.EtcdStatefulSet())
+		markDeploymentReady(t, ctx, c, names.ControlPlaneDeployment())
+
+		got = waitFor(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) bool { return isTrue(v, v1alpha1.ConditionReady) })
+		if got.Status.Phase != v1alpha1.PhaseReady || got.Status.Version == "" || got.Status.ObservedGeneration != got.Generation {
+			t.Errorf("status %+v", got.Status)
+		}
+		// The admin kubeconfig the operator wrote works, and the tenant got its bootstrap RBAC.
+		tc := kubernetes.NewForConfigOrDie(cfg)
+		if _, err := tc.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
+			t.Errorf("listing tenant namespaces with the admin kubeconfig: %v", err)
+		}
+		if _, err := tc.RbacV1().ClusterRoleBindings().Get(ctx, "kubenest:apiserver-kubelet-client", metav1.GetOptions{}); err != nil {
+			t.Errorf("tenant bootstrap RBAC: %v", err)
+		}
+	})
+
+	t.Run("delete leaves nothing", func(t *testing.T) {
+		if err := c.Delete(ctx, vc); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			err := c.Get(ctx, key(vc.Name), &v1alpha1.VirtualCluster{})
+			return err != nil && client.IgnoreNotFound(err) == nil, nil
+		})
+		if err != nil {
+			t.Fatalf("VirtualCluster not gone: %v", err)
+		}
+		sel := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
+		for _, l := range []client.ObjectList{&corev1.SecretList{}, &corev1.ServiceList{}, &appsv1.StatefulSetList{},
+			&appsv1.DeploymentList{}, &corev1.PodList{}, &corev1.PersistentVolumeClaimList{}} {
+			if err := c.List(ctx, l, client.InNamespace(ns), sel); err != nil {
+				t.Fatal(err)
+			}
+			if n := meta.LenList(l); n != 0 {
+				t.Errorf("%T: %d left after the VirtualCluster was deleted", l, n)
+			}
+		}
+	})
+}
+
+// TestNodePortEndpoint checks a NodePort tenant waits for a host node address, then publishes
+// it and puts it in the apiserver's certificate.
+func TestNodePortEndpoint(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := env.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	startOperator(t, env, &tenantRoutes{})
+	vc := &v1alpha1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "np", Namespace: ns},
+		Spec: v1alpha1.VirtualClusterSpec{
+			ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{Type: v1alpha1.ExposureNodePort, NodePort: ptrInt32(31443)}},
+			Etcd:         v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
+		},
+	}
+	if err := c.Create(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	got := waitFor(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) bool {
+		return reason(v, v1alpha1.ConditionKubeconfigReady) == virtualcluster.ReasonWaitingForEndpoint
+	})
+	if got.Status.Endpoint != "" {
+		t.Errorf("endpoint %q before any node exists", got.Status.Endpoint)
+	}
+
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}}
+	if err := c.Create(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Status = corev1.NodeStatus{
+		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.9.8.7"}},
+	}
+	if err := c.Status().Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	got = waitFor(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) bool {
+		return isTrue(v, v1alpha1.ConditionKubeconfigReady)
+	})
+	if want := "https://10.9.8.7:31443"; got.Status.Endpoint != want {
+		t.Errorf("endpoint %q, want %q", got.Status.Endpoint, want)
+	}
+	apiCert, err := pki.ParseCert(secret(t, ctx, c, naming.For(vc.Name).ControlPlaneCertsSecret()).Data["apiserver.crt"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := apiCert.VerifyHostname("10.9.8.7"); err != nil {
+		t.Errorf("apiserver certificate does not cover the node address: %v", err)
+	}
+}
+
+func ptrInt32(v int32) *int32 { return &v }
+
+func key(name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
+
+func isTrue(v *v1alpha1.VirtualCluster, typ string) bool {
+	return meta.IsStatusConditionTrue(v.Status.Conditions, typ)
+}
+
+func reason(v *v1alpha1.VirtualCluster, typ string) string {
+	if c := meta.FindStatusCondition(v.Status.Conditions, typ); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+func waitFor(t *testing.T, ctx context.Context, c client.Client, name string, ok func(*v1alpha1.VirtualCluster) bool) *v1alpha1.VirtualCluster {
+	t.Helper()
+	v := &v1alpha1.VirtualCluster{}
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, key(name), v); err != nil {
+			return false, nil
+		}
+		return ok(v), nil
+	})
+	if err != nil {
+		t.Fatalf("VirtualCluster %s: %v; status: %+v", name, err, v.Status)
+	}
+	return v
+}
+
+func patchVC(t *testing.T, ctx context.Context, c client.Client, name string, mutate func(*v1alpha1.VirtualCluster)) {
+	t.Helper()
+	v := &v1alpha1.VirtualCluster{}
+	if err := c.Get(ctx, key(name), v); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(v.DeepCopy())
+	mutate(v)
+	if err := c.Patch(ctx, v, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func secret(t *testing.T, ctx context.Context, c client.Client, name string) *corev1.Secret {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := c.Get(ctx, key(name), s); err != nil {
+		t.Fatalf("Secret %s: %v", name, err)
+	}
+	return s
+}
+
+func markStatefulSetReady(t *testing.T, ctx context.Context, c client.Client, name string) {
+	t.Helper()
+	s := &appsv1.StatefulSet{}
+	if err := c.Get(ctx, key(name), s); err != nil {
+		t.Fatal(err)
+	}
+	n := *s.Spec.Replicas
+	s.Status = appsv1.StatefulSetStatus{ObservedGeneration: s.Generation, Replicas: n, ReadyReplicas: n,
+		CurrentReplicas: n, UpdatedReplicas: n, AvailableReplicas: n}
+	if err := c.Status().Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func markDeploymentReady(t *testing.T, ctx context.Context, c client.Client, name string) {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	if err := c.Get(ctx, key(name), d); err != nil {
+		t.Fatal(err)
+	}
+	n := *d.Spec.Replicas
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, ReadyReplicas: n,
+		UpdatedReplicas: n, AvailableReplicas: n}
+	if err := c.Status().Update(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+}
+

@@ -1,0 +1,275 @@
+// Package testtenant runs a tenant's control plane as local processes of nest-controlplane,
+// from the Secrets and flags the operator generates, for tests that need a real tenant
+// without a real host cluster. Only what makes sense solely inside a pod is changed: mount
+// paths become directories, pod and Service DNS names become loopback ports.
+package testtenant
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/kubeconfig"
+)
+
+// Tenant is a running tenant control plane.
+type Tenant struct {
+	// APIServerAddress is where the tenant's apiserver listens, 127.0.0.1:port.
+	APIServerAddress string
+	// Started is when the processes were started.
+	Started time.Time
+	// Processes are etcd, apiserver, controller-manager and scheduler, in that order.
+	Processes []*Process
+}
+
+// Run starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler for vc from the
+// etcd and control-plane certificate Secrets, with the flags the operator's builders give the
+// pods. They stop when the test ends.
+func Run(t *testing.T, bin string, vc *v1alpha1.VirtualCluster, settings controlplane.Settings, etcdSecret, cpSecret *corev1.Secret) *Tenant {
+	t.Helper()
+	etcdDir, cpDir := writeSecret(t, etcdSecret), writeSecret(t, cpSecret)
+	apiPort, etcdPort, peerPort := freePort(t), freePort(t), freePort(t)
+	member := vc.Name + "-etcd-0"
+	sts := controlplane.EtcdStatefulSet(vc, settings, "")
+	etcdArgs := override(sts.Spec.Template.Spec.Containers[0].Args, controlplane.EtcdPKIDir, etcdDir, map[string]string{
+		"name":                        member,
+		"data-dir":                    t.TempDir(),
+		"listen-client-urls":          fmt.Sprintf("https://127.0.0.1:%d", etcdPort),
+		"advertise-client-urls":       fmt.Sprintf("https://127.0.0.1:%d", etcdPort),
+		"listen-peer-urls":            fmt.Sprintf("https://127.0.0.1:%d", peerPort),
+		"initial-advertise-peer-urls": fmt.Sprintf("https://127.0.0.1:%d", peerPort),
+		"initial-cluster":             fmt.Sprintf("%s=https://127.0.0.1:%d", member, peerPort),
+		"listen-metrics-urls":         fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+	})
+	deploy, err := controlplane.ControlPlaneDeployment(vc, settings, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	containers := map[string][]string{}
+	for _, c := range deploy.Spec.Template.Spec.Containers {
+		containers[c.Name] = c.Args
+	}
+	apiArgs := override(containers[controlplane.ContainerAPIServer], controlplane.PKIDir, cpDir, map[string]string{
+		"advertise-address":        hostIP(t),
+		"bind-address":             "127.0.0.1",
+		"secure-port":              strconv.Itoa(apiPort),
+		"etcd-servers":             fmt.Sprintf("https://127.0.0.1:%d", etcdPort),
+		"cert-dir":                 t.TempDir(),
+		"endpoint-reconciler-type": "none",
+	})
+	// The pod's kubeconfigs point at 127.0.0.1:6443; here the apiserver listens elsewhere.
+	for _, f := range []string{controlplane.KeyControllerManagerKubeconfig, controlplane.KeySchedulerKubeconfig} {
+		retarget(t, filepath.Join(cpDir, f), fmt.Sprintf("https://127.0.0.1:%d", apiPort))
+	}
+	kcmArgs := override(containers[controlplane.ContainerControllerManager], controlplane.PKIDir, cpDir, map[string]string{
+		"bind-address": "127.0.0.1", "secure-port": strconv.Itoa(freePort(t)),
+	})
+	schedArgs := override(containers[controlplane.ContainerScheduler], controlplane.PKIDir, cpDir, map[string]string{
+		"bind-address": "127.0.0.1", "secure-port": strconv.Itoa(freePort(t)),
+	})
+	tn := &Tenant{APIServerAddress: fmt.Sprintf("127.0.0.1:%d", apiPort), Started: time.Now()}
+	tn.Processes = []*Process{
+		startProcess(t, bin, "etcd", etcdArgs),
+		startProcess(t, bin, "apiserver", apiArgs),
+		startProcess(t, bin, "controller-manager", kcmArgs),
+		startProcess(t, bin, "scheduler", schedArgs),
+	}
+	return tn
+}
+
+// WaitReady waits until the apiserver answers /readyz to cfg, failing the test early when a
+// process exits.
+func (tn *Tenant) WaitReady(ctx context.Context, cfg *rest.Config) error {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		for _, p := range tn.Processes {
+			if p.Exited() {
+				return false, fmt.Errorf("%s exited:\n%s", p.Name, p.Tail())
+			}
+		}
+		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && string(body) == "ok", nil
+	})
+}
+
+// Binary is the nest-controlplane binary under test: $NEST_CONTROLPLANE, or one built now.
+func Binary(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("NEST_CONTROLPLANE"); bin != "" {
+		return bin
+	}
+	bin := filepath.Join(t.TempDir(), "nest-controlplane")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/kubenest-io/kubenest/cmd/nest-controlplane")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building nest-controlplane: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// override replaces flag values and mount paths in the operator's arguments.
+func override(args []string, mountDir, dir string, values map[string]string) []string {
+	out := make([]string, 0, len(args))
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if v, ok := values[name]; ok {
+			out = append(out, "--"+name+"="+v)
+			continue
+		}
+		out = append(out, strings.ReplaceAll(a, mountDir, dir))
+	}
+	return out
+}
+
+func writeSecret(t *testing.T, s *corev1.Secret) string {
+	dir := t.TempDir()
+	for k, v := range s.Data {
+		if err := os.WriteFile(filepath.Join(dir, k), v, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func retarget(t *testing.T, path, server string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kubeconfig.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc.Server = server
+	out, err := kubeconfig.Build(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// hostIP is a non-loopback address of this machine: the apiserver refuses to advertise
+// loopback.
+func hostIP(t *testing.T) string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	return "10.255.255.254"
+}
+
+// Process is one running component.
+type Process struct {
+	Name string
+	cmd  *exec.Cmd
+	log  *syncWriter
+	done chan struct{}
+}
+
+func startProcess(t *testing.T, bin, name string, args []string) *Process {
+	p := &Process{Name: name, log: &syncWriter{b: &bytes.Buffer{}}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, append([]string{name}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, p.Tail())
+		}
+	})
+	return p
+}
+
+// Exited says whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Tail is the end of the process's log.
+func (p *Process) Tail() string {
+	p.log.mu.Lock()
+	lines := strings.Split(p.log.b.String(), "\n")
+	p.log.mu.Unlock()
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// RSSKiB is the process's resident memory.
+func (p *Process) RSSKiB() int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// syncWriter lets a process write its log while the test reads it.
+type syncWriter struct {
+	mu sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}

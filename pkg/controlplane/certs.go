@@ -64,10 +64,15 @@ func NewAuthorities(vcName string, now time.Time) (*Authorities, error) {
 // usable at now.
 func LoadAuthorities(data map[string][]byte, now time.Time) (*Authorities, error) {
 	load := func(certKey, keyKey string) (*pki.KeyPair, error) {
-		kp, err := pki.ParseKeyPair(data[certKey], data[keyKey])
+		cert, err := pki.ParseCert(data[certKey])
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", certKey, err)
 		}
+		key, err := pki.ParseKey(data[keyKey])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", keyKey, err)
+		}
+		kp := &pki.KeyPair{Cert: cert, Key: key}
 		if err := kp.CheckCA(now); err != nil {
 			return nil, fmt.Errorf("%s: %w", certKey, err)
 		}
@@ -257,7 +262,7 @@ type Leaves map[Leaf]*pki.KeyPair
 
 // EnsureLeaves returns a certificate for every spec: the existing one where it still serves
 // (signed by the current authority, not due for renewal, covering every name), a newly issued
-// one otherwise. renewed lists, sorted, the leaves that were issued and why.
+// one otherwise. renewed says, for each leaf that was issued, why.
 func EnsureLeaves(a *Authorities, specs map[Leaf]LeafSpec, existing map[Leaf]PEMPair, now time.Time) (Leaves, map[Leaf]string, error) {
 	leaves := Leaves{}
 	renewed := map[Leaf]string{}

@@ -166,12 +166,16 @@ func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash s
 	apiserver := apiServerFlags(vc, s)
 	kcm := controllerManagerFlags(vc)
 	sched := schedulerFlags(vc)
-	for field, f := range map[string]Flags{
-		"spec.controlPlane.apiServer.extraArgs":         apiserver,
-		"spec.controlPlane.controllerManager.extraArgs": kcm,
-		"spec.controlPlane.scheduler.extraArgs":         sched,
+	// In a fixed order, so that the error, which ends up in a condition, is the same every pass.
+	for _, c := range []struct {
+		field string
+		flags Flags
+	}{
+		{"spec.controlPlane.apiServer.extraArgs", apiserver},
+		{"spec.controlPlane.controllerManager.extraArgs", kcm},
+		{"spec.controlPlane.scheduler.extraArgs", sched},
 	} {
-		if err := f.Validate(field); err != nil {
+		if err := c.flags.Validate(c.field); err != nil {
 			return nil, err
 		}
 	}
@@ -422,6 +426,12 @@ func controllerManagerFlags(vc *v1alpha1.VirtualCluster) Flags {
 			"secure-port":                      fmt.Sprint(ControllerManagerPort),
 			"service-account-private-key-file": pkiPath(KeySAKey),
 			"use-service-account-credentials":  "true",
+
+			// No cluster signer: the tenant CA's key stays in the CA Secret, which no pod
+			// mounts. Empty is the upstream default; owning these keeps a tenant from pointing
+			// the signer at a key the pod does mount, as the CRD's rule forbids.
+			"cluster-signing-cert-file": "",
+			"cluster-signing-key-file":  "",
 		},
 		Defaults: map[string]string{
 			"cluster-name": vc.Name,

@@ -47,7 +47,9 @@ type operator struct {
 	done    chan struct{}
 }
 
-type tenantRoutes struct{ m atomic.Pointer[map[string]string] }
+type tenantRoutes struct {
+	m atomic.Pointer[map[string]string]
+}
 
 func (r *tenantRoutes) set(from, to string) {
 	m := map[string]string{from: to}
@@ -479,4 +481,3 @@ func markDeploymentReady(t *testing.T, ctx context.Context, c client.Client, nam
 		t.Fatal(err)
 	}
 }
-

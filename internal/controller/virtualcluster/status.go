@@ -56,9 +56,7 @@ func (c conditions) invalidSpec(err error) {
 	msg := "the spec cannot be carried out: " + err.Error()
 	for _, t := range []string{v1alpha1.ConditionCertificatesReady, v1alpha1.ConditionEtcdReady,
 		v1alpha1.ConditionAPIServerReady, v1alpha1.ConditionKubeconfigReady} {
-		if !c.isTrue(t) {
-			c.set(t, false, ReasonInvalidSpec, msg)
-		}
+		c.set(t, false, ReasonInvalidSpec, msg)
 	}
 }
 
@@ -152,7 +150,8 @@ func phase(conds []metav1.Condition, previous v1alpha1.VirtualClusterPhase, dele
 }
 
 // podProblem describes, for people, why the first of pods that is not ready is not: a
-// scheduling failure, a container waiting (image, crash loop) or a failing probe.
+// scheduling failure or a container waiting (image, crash loop). A running pod that fails its
+// readiness probe reports nothing here; the condition says how many pods are ready.
 func podProblem(pods []corev1.Pod) string {
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil {

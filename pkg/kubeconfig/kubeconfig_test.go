@@ -1,0 +1,164 @@
+package kubeconfig_test
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/kubenest-io/kubenest/pkg/kubeconfig"
+	"github.com/kubenest-io/kubenest/pkg/pki"
+)
+
+// validConfig is a Config with real PEM material, so that what client-go reads back is what a
+// client would use.
+func validConfig(t *testing.T) kubeconfig.Config {
+	t.Helper()
+	now := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
+	ca, err := pki.NewCA("tenant-ca", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := ca.Issue(pki.CertSpec{CommonName: "kubenest-admin", Organization: []string{"system:masters"}, Usage: pki.UsageClient}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := admin.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig.Config{
+		ClusterName:   "tenant",
+		Server:        "https://tenant-apiserver.tenants.svc:6443",
+		CAPEM:         ca.CertPEM(),
+		User:          "kubenest-admin",
+		ClientCertPEM: admin.CertPEM(),
+		ClientKeyPEM:  key,
+	}
+}
+
+func TestBuildParseRoundTrip(t *testing.T) {
+	base := validConfig(t)
+	tests := []struct {
+		name   string
+		server string
+	}{
+		{"service DNS name", "https://tenant-apiserver.tenants.svc:6443"},
+		{"IPv4 node port", "https://192.0.2.10:31443"},
+		{"IPv6 node port", "https://[fd00::10]:31443"},
+		{"loopback", "https://127.0.0.1:6443"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := base
+			in.Server = tt.server
+			data, err := kubeconfig.Build(in)
+			if err != nil {
+				t.Fatalf("Build: %v", err)
+			}
+			got, err := kubeconfig.Parse(data)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if got.ClusterName != in.ClusterName || got.Server != in.Server || got.User != in.User ||
+				!bytes.Equal(got.CAPEM, in.CAPEM) || !bytes.Equal(got.ClientCertPEM, in.ClientCertPEM) ||
+				!bytes.Equal(got.ClientKeyPEM, in.ClientKeyPEM) {
+				t.Errorf("Parse(Build(c)) = %+v, want %+v", got, in)
+			}
+			// client-go builds a working REST config from it.
+			rc, err := clientcmd.RESTConfigFromKubeConfig(data)
+			if err != nil {
+				t.Fatalf("RESTConfigFromKubeConfig: %v", err)
+			}
+			if rc.Host != in.Server || !bytes.Equal(rc.CAData, in.CAPEM) || !bytes.Equal(rc.CertData, in.ClientCertPEM) {
+				t.Errorf("REST config host %q, CA/cert equal %v/%v", rc.Host, bytes.Equal(rc.CAData, in.CAPEM), bytes.Equal(rc.CertData, in.ClientCertPEM))
+			}
+		})
+	}
+}
+
+func TestBuildDeterministic(t *testing.T) {
+	c := validConfig(t)
+	first, err := kubeconfig.Build(c)
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	for i := range 20 {
+		again, err := kubeconfig.Build(c)
+		if err != nil {
+			t.Fatalf("Build: %v", err)
+		}
+		if !bytes.Equal(first, again) {
+			t.Fatalf("Build #%d gave different bytes:\n%s\nvs\n%s", i+2, first, again)
+		}
+	}
+}
+
+func TestBuildRejectsInvalid(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(*kubeconfig.Config)
+	}{
+		{"no cluster name", func(c *kubeconfig.Config) { c.ClusterName = "" }},
+		{"no user", func(c *kubeconfig.Config) { c.User = "" }},
+		{"no CA", func(c *kubeconfig.Config) { c.CAPEM = nil }},
+		{"no client certificate", func(c *kubeconfig.Config) { c.ClientCertPEM = nil }},
+		{"no client key", func(c *kubeconfig.Config) { c.ClientKeyPEM = nil }},
+		{"no server", func(c *kubeconfig.Config) { c.Server = "" }},
+		{"http server", func(c *kubeconfig.Config) { c.Server = "http://tenant:6443" }},
+		{"server without scheme", func(c *kubeconfig.Config) { c.Server = "tenant:6443" }},
+		{"server without host", func(c *kubeconfig.Config) { c.Server = "https://" }},
+		{"server with only a path", func(c *kubeconfig.Config) { c.Server = "https:///api" }},
+		{"unparsable server", func(c *kubeconfig.Config) { c.Server = "https://[::1" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig(t)
+			tt.modify(&c)
+			if out, err := kubeconfig.Build(c); err == nil {
+				t.Errorf("Build succeeded with %s:\n%s", tt.name, out)
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	valid, err := kubeconfig.Build(validConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.Load(valid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(modify func(*clientcmdapi.Config)) []byte {
+		c := cfg.DeepCopy()
+		modify(c)
+		out, err := clientcmd.Write(*c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		data []byte
+	}{
+		{"empty", nil},
+		{"garbage", []byte("\x00\x01 this is : not [ a kubeconfig")},
+		{"wrong kind", []byte("apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\n")},
+		{"no current context", write(func(c *clientcmdapi.Config) { c.CurrentContext = "" })},
+		{"current context missing", write(func(c *clientcmdapi.Config) { c.CurrentContext = "elsewhere" })},
+		{"cluster missing", write(func(c *clientcmdapi.Config) { c.Clusters = nil })},
+		{"user missing", write(func(c *clientcmdapi.Config) { c.AuthInfos = nil })},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, err := kubeconfig.Parse(tt.data); err == nil {
+				t.Errorf("Parse succeeded: %+v", got)
+			}
+		})
+	}
+}

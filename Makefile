@@ -15,6 +15,10 @@ TOOLS_DIR := $(CACHE_DIR)/tools
 CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN := $(TOOLS_DIR)/controller-gen-$(CONTROLLER_GEN_VERSION)
 
+# Static binaries for the image, and the same setting for tests so that both share one build
+# cache (a different CGO_ENABLED rebuilds every package).
+export CGO_ENABLED := 0
+
 BIN_DIR := _output/bin
 GO_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
@@ -22,9 +26,31 @@ GO_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitMinor=36 \
 	-X k8s.io/component-base/version.gitTreeState=clean \
 	-X github.com/kubenest-io/kubenest/pkg/version.Version=$(VERSION)
-GO_BUILD := CGO_ENABLED=0 go build -trimpath -ldflags '$(GO_LDFLAGS)'
+GO_BUILD := go build -ldflags '$(GO_LDFLAGS)'
 
 BINARIES := nest-operator nest-controlplane
+
+# Images, built without Docker and imported into the local cluster's nodes.
+IMAGE_REPO ?= kubenest.io/kubenest
+IMAGE := $(IMAGE_REPO):$(VERSION)
+IMAGES_DIR := _output/images
+PAUSE_IMAGE := kubenest.io/pause:3.10
+BUSYBOX_IMAGE := kubenest.io/busybox:1.35
+COREDNS_VERSION := v1.15.0
+COREDNS_IMAGE := kubenest.io/coredns:$(COREDNS_VERSION)
+IMAGE_TARS := $(addprefix $(IMAGES_DIR)/,kubenest.tar pause.tar busybox.tar coredns.tar)
+
+# The local host cluster's own binaries, built from the k8s.io/kubernetes module go.mod pins.
+KUBE_BIN := $(CACHE_DIR)/bin/$(KUBE_VERSION)
+KUBE_BINARIES := $(addprefix $(KUBE_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36 \
+	-X k8s.io/component-base/version.gitTreeState=clean
+KUBECTL := $(KUBE_BIN)/kubectl --kubeconfig _output/host.kubeconfig
+COREDNS := $(CACHE_DIR)/bin/coredns-$(COREDNS_VERSION)
+HELM_VERSION := v4.3.1
+HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
+NODES ?= 2
 
 ##@ General
 
@@ -62,14 +88,89 @@ verify-gen: generate ## Fail when generated files are not up to date.
 		|| { echo "generated files are not committed:"; git status --porcelain -- api charts; exit 1; }
 
 .PHONY: lint
-lint: ## gofmt and go vet.
+lint: $(HELM) ## gofmt, go vet (with the e2e tag) and helm lint.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	go vet ./...
+	go vet -tags e2e ./...
+	$(HELM) lint --strict charts/kubenest
 
 .PHONY: test
 test: lint verify-gen $(BIN_DIR)/nest-controlplane ## Unit and integration tests (real kube-apiserver, etcd and tenant processes; no cluster needed).
 	NEST_CONTROLPLANE=$(CURDIR)/$(BIN_DIR)/nest-controlplane go test ./...
+
+##@ Local cluster
+
+.PHONY: image
+image: $(IMAGE_TARS) ## Build the images (KubeNest, pause, busybox, CoreDNS) as tarballs in _output/images.
+
+$(IMAGES_DIR)/kubenest.tar: $(addprefix $(BIN_DIR)/,$(BINARIES))
+	go run ./hack/build-image --ref $(IMAGE) --out $@ \
+		$(foreach b,$(BINARIES),--file /usr/local/bin/$(b)=$(BIN_DIR)/$(b))
+
+$(IMAGES_DIR)/pause.tar: $(BIN_DIR)/pause
+	go run ./hack/build-image --ref $(PAUSE_IMAGE) --out $@ --file /pause=$< --entrypoint /pause --user 65535:65535
+
+$(BIN_DIR)/pause: FORCE
+	@mkdir -p $(BIN_DIR)
+	go build -ldflags '-s -w' -o $@ ./hack/pause
+
+# A general-purpose image from Debian's busybox-static, for pods that need a shell.
+$(IMAGES_DIR)/busybox.tar: /bin/busybox
+	go run ./hack/build-image --ref $(BUSYBOX_IMAGE) --out $@ --user 0:0 --file /bin/busybox=/bin/busybox \
+		$(foreach a,$(shell /bin/busybox --list | grep -vx busybox),--link /bin/$(a)=busybox)
+
+$(IMAGES_DIR)/coredns.tar: $(COREDNS)
+	go run ./hack/build-image --ref $(COREDNS_IMAGE) --out $@ --file /coredns=$< --entrypoint /coredns
+
+/bin/busybox:
+	apt-get install -y busybox-static
+
+$(COREDNS):
+	@mkdir -p $(dir $@)
+	GOBIN=$(dir $@) go install -ldflags '-s -w' github.com/coredns/coredns@$(COREDNS_VERSION)
+	mv $(dir $@)coredns $@
+
+$(KUBE_BIN)/%:
+	@mkdir -p $(KUBE_BIN)
+	go build -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
+
+.PHONY: host-deps
+host-deps: ## Install the Debian packages the local cluster needs, when missing.
+	@missing=""; for p in containerd runc containernetworking-plugins iptables conntrack busybox-static; do \
+		dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+		if [ -n "$$missing" ]; then echo "installing$$missing"; apt-get install -y $$missing; fi
+
+.PHONY: up
+up: host-deps build image $(KUBE_BINARIES) $(HELM) ## Bring up a local host cluster, install KubeNest with Helm and create the demo tenant.
+	go run ./test/e2e/local up --kube-bin $(KUBE_BIN) --nest-controlplane $(BIN_DIR)/nest-controlplane \
+		$(addprefix --image ,$(IMAGE_TARS)) --nodes $(NODES)
+	$(HELM) upgrade --install kubenest charts/kubenest --kubeconfig _output/host.kubeconfig \
+		--namespace kubenest-system --create-namespace \
+		--set image.tag=$(VERSION) --set image.pullPolicy=Never --wait --timeout 5m
+	$(KUBECTL) apply --server-side -f test/e2e/testdata/demo.yaml
+	$(KUBECTL) -n demo wait virtualcluster/demo --for=condition=Ready --timeout=5m
+	$(KUBECTL) -n demo get secret demo-kubeconfig -o jsonpath='{.data.value}' | base64 -d > _output/demo.kubeconfig
+	@ln -sf $(KUBE_BIN)/kubectl $(BIN_DIR)/kubectl
+	@echo; echo "KubeNest is up. The host cluster and the demo tenant:"
+	@echo "  export PATH=$(CURDIR)/$(BIN_DIR):\$$PATH"
+	@echo "  kubectl --kubeconfig _output/host.kubeconfig get virtualclusters -A"
+	@echo "  kubectl --kubeconfig _output/demo.kubeconfig get ns"
+	@echo "'make e2e' runs the end-to-end tests against it; 'make down' removes it all."
+
+.PHONY: down
+down: ## Stop the local cluster and remove everything it created.
+	go run ./test/e2e/local down
+	rm -f _output/demo.kubeconfig $(BIN_DIR)/kubectl
+
+.PHONY: e2e
+e2e: ## End-to-end tests against the local cluster ('make up' first).
+	go test -tags e2e -count=1 -timeout 60m -v ./test/e2e/ -args -kubeconfig $(CURDIR)/_output/host.kubeconfig \
+		-kubectl $(KUBE_BIN)/kubectl
+
+$(HELM):
+	@mkdir -p $(TOOLS_DIR)
+	GOBIN=$(TOOLS_DIR) go install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+	mv $(TOOLS_DIR)/helm $@
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(TOOLS_DIR)

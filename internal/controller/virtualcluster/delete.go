@@ -26,6 +26,10 @@ var tenantKinds = []struct {
 }{
 	{"Deployment", &appsv1.DeploymentList{}, &appsv1.Deployment{}},
 	{"StatefulSet", &appsv1.StatefulSetList{}, &appsv1.StatefulSet{}},
+	// ReplicaSets and ControllerRevisions carry the pod template's labels; the host's
+	// controllers made them, and they go with their owners, but only eventually.
+	{"ReplicaSet", &appsv1.ReplicaSetList{}, &appsv1.ReplicaSet{}},
+	{"ControllerRevision", &appsv1.ControllerRevisionList{}, &appsv1.ControllerRevision{}},
 	{"Pod", &corev1.PodList{}, &corev1.Pod{}},
 	{"PersistentVolumeClaim", &corev1.PersistentVolumeClaimList{}, &corev1.PersistentVolumeClaim{}},
 	{"Service", &corev1.ServiceList{}, &corev1.Service{}},
@@ -52,8 +56,14 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 			continue
 		}
 		remaining += n
-		if err := r.Client.DeleteAllOf(ctx, k.obj, client.InNamespace(vc.Namespace), selector,
-			client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		opts := []client.DeleteAllOfOption{client.InNamespace(vc.Namespace), selector,
+			client.PropagationPolicy(metav1.DeletePropagationBackground)}
+		if k.kind == "Pod" {
+			// The tenant's data goes with it: its components need no graceful shutdown, and
+			// an apiserver whose etcd is already gone would wait out the whole grace period.
+			opts = append(opts, client.GracePeriodSeconds(0))
+		}
+		if err := r.Client.DeleteAllOf(ctx, k.obj, opts...); err != nil {
 			return reconcile.Result{}, fmt.Errorf("deleting %ss: %w", k.kind, err)
 		}
 	}

@@ -1,0 +1,184 @@
+// Command build-image assembles a container image from local files, without Docker or a base
+// image, with go-containerregistry, and writes it as a tarball that `ctr images import` (and
+// `docker load`) accept. The project's static binaries need nothing else.
+//
+//	go run ./hack/build-image --ref kubenest.io/kubenest:v1 --out _output/images/kubenest.tar \
+//	    --file /usr/local/bin/nest-operator=_output/bin/nest-operator
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// epoch is the timestamp of every file and of the image, so the same inputs give the same image.
+var epoch = time.Unix(0, 0).UTC()
+
+type mappings []string
+
+func (m *mappings) String() string     { return strings.Join(*m, ",") }
+func (m *mappings) Set(v string) error { *m = append(*m, v); return nil }
+
+func main() {
+	var files, links, env mappings
+	ref := flag.String("ref", "", "Image reference the tarball is tagged with, for example kubenest.io/kubenest:v0.1.0.")
+	out := flag.String("out", "", "Tarball to write.")
+	user := flag.String("user", "65532:65532", "User the image runs as.")
+	entrypoint := flag.String("entrypoint", "", "Entrypoint, as a comma-separated argv; empty for none.")
+	flag.Var(&files, "file", "IMAGE_PATH=LOCAL_PATH: put a local file into the image, executable. Repeatable.")
+	flag.Var(&links, "link", "IMAGE_PATH=TARGET: a symbolic link in the image. Repeatable.")
+	flag.Var(&env, "env", "NAME=VALUE: an environment variable of the image. Repeatable.")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "build-image writes a container image made of local files as a tarball.\n\nFlags:\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if err := run(*ref, *out, *user, *entrypoint, files, links, env); err != nil {
+		fmt.Fprintf(os.Stderr, "build-image: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ref, out, user, entrypoint string, files, links, env []string) error {
+	if ref == "" || out == "" || len(files) == 0 {
+		return fmt.Errorf("--ref, --out and at least one --file are required; see --help")
+	}
+	tag, err := name.NewTag(ref, name.WeakValidation)
+	if err != nil {
+		return fmt.Errorf("--ref %q: %w", ref, err)
+	}
+	layer, err := buildLayer(files, links)
+	if err != nil {
+		return err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
+	cfg.Created = v1.Time{Time: epoch}
+	cfg.Config.User = user
+	cfg.Config.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin"}, env...)
+	if entrypoint != "" {
+		cfg.Config.Entrypoint = strings.Split(entrypoint, ",")
+	}
+	img, err = mutate.ConfigFile(img, cfg)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	if err := tarball.WriteToFile(out, tag, img); err != nil {
+		return fmt.Errorf("writing %s: %w", out, err)
+	}
+	digest, err := img.Digest()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s %s -> %s\n", tag, digest, out)
+	return nil
+}
+
+// buildLayer makes one gzipped layer with the files (mode 0755), links, and their parent
+// directories.
+func buildLayer(files, links []string) (v1.Layer, error) {
+	var buf bytes.Buffer
+	gz, err := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	if err != nil {
+		return nil, err
+	}
+	tw := tar.NewWriter(gz)
+	dirs := map[string]bool{}
+	mkdirs := func(p string) error {
+		var parents []string
+		for d := path.Dir(p); d != "/" && d != "." && !dirs[d]; d = path.Dir(d) {
+			parents = append(parents, d)
+			dirs[d] = true
+		}
+		slices.Reverse(parents)
+		for _, d := range parents {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: 0o755, ModTime: epoch}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// /tmp exists and is writable in every image, as programs expect.
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777, ModTime: epoch}); err != nil {
+		return nil, err
+	}
+	for _, m := range files {
+		dst, src, ok := strings.Cut(m, "=")
+		if !ok || !path.IsAbs(dst) {
+			return nil, fmt.Errorf("--file %q: want /image/path=local/path", m)
+		}
+		if err := mkdirs(dst); err != nil {
+			return nil, err
+		}
+		if err := addFile(tw, dst, src); err != nil {
+			return nil, err
+		}
+	}
+	for _, m := range links {
+		dst, target, ok := strings.Cut(m, "=")
+		if !ok || !path.IsAbs(dst) {
+			return nil, fmt.Errorf("--link %q: want /image/path=target", m)
+		}
+		if err := mkdirs(dst); err != nil {
+			return nil, err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: strings.TrimPrefix(dst, "/"), Linkname: target, Mode: 0o777, ModTime: epoch}); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	if err := gz.Close(); err != nil {
+		return nil, err
+	}
+	data := buf.Bytes()
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	})
+}
+
+func addFile(tw *tar.Writer, dst, src string) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("--file %s: %w", dst, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(dst, "/"), Size: st.Size(), Mode: 0o755, ModTime: epoch}); err != nil {
+		return err
+	}
+	_, err = io.Copy(tw, f)
+	return err
+}

@@ -1,0 +1,425 @@
+//go:build e2e
+
+// Package e2e tests KubeNest on a real host cluster: the local one `make up` starts, with the
+// operator installed by its Helm chart. Run it with `make e2e`.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/naming"
+)
+
+var (
+	kubeconfigPath = flag.String("kubeconfig", "", "kubeconfig of the host cluster")
+	kubectlPath    = flag.String("kubectl", "kubectl", "kubectl binary")
+)
+
+// readyBound is how long a tenant may take from creation to Ready on the local cluster.
+const readyBound = 3 * time.Minute
+
+// BusyboxImage is the general-purpose image every node of the local cluster has.
+const BusyboxImage = "kubenest.io/busybox:1.35"
+
+var (
+	hostConfig *rest.Config
+	host       client.Client
+	hostCS     *kubernetes.Clientset
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if *kubeconfigPath == "" {
+		fmt.Fprintln(os.Stderr, "e2e: -kubeconfig of the host cluster is required; run 'make up' then 'make e2e'")
+		os.Exit(2)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfigPath)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		os.Exit(2)
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	hostConfig = cfg
+	host, err = client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		os.Exit(2)
+	}
+	hostCS = kubernetes.NewForConfigOrDie(cfg)
+	os.Exit(m.Run())
+}
+
+// TestTenantLifecycle creates tenants exposed both ways, uses them, survives an apiserver pod
+// deletion, and deletes them.
+func TestTenantLifecycle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	ns := createNamespace(t, ctx, "e2e-lifecycle")
+
+	nodePort := newVC(ns, "np", v1alpha1.ExposureNodePort)
+	clusterIP := newVC(ns, "cip", v1alpha1.ExposureClusterIP)
+	start := time.Now()
+	for _, vc := range []*v1alpha1.VirtualCluster{nodePort, clusterIP} {
+		if err := host.Create(ctx, vc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, vc := range []*v1alpha1.VirtualCluster{nodePort, clusterIP} {
+		got := waitReady(t, ctx, vc)
+		t.Logf("%s Ready after %s at %s (version %s)", vc.Name, time.Since(start).Round(100*time.Millisecond), got.Status.Endpoint, got.Status.Version)
+	}
+
+	kubeconfig := downloadKubeconfig(t, ctx, nodePort)
+
+	t.Run("NodePort endpoint works with kubectl from outside the cluster", func(t *testing.T) {
+		out := kubectl(t, "--kubeconfig", kubeconfig, "get", "namespaces", "-o", "name")
+		if !strings.Contains(out, "namespace/kube-system") {
+			t.Errorf("kubectl get namespaces: %s", out)
+		}
+	})
+
+	t.Run("ClusterIP endpoint is reachable from a host pod", func(t *testing.T) {
+		// Ready already means the operator, a pod, reached /readyz through the Service; a pod
+		// of a user's reaches it by name too.
+		addr := fmt.Sprintf("%s.%s.svc", naming.For(clusterIP.Name).APIServerService(), ns)
+		// Busybox's nc has no -z: a newline sent and a closed connection is a success.
+		logs, ok := runPod(t, ctx, ns, "reach-cip", "sh", "-c", "echo | nc -w 5 "+addr+" 6443 >/dev/null")
+		if !ok {
+			t.Errorf("nc %s 6443 from a host pod failed: %s", addr, logs)
+		}
+	})
+
+	tenant := tenantClient(t, kubeconfig)
+	t.Run("the tenant runs its own controllers", func(t *testing.T) {
+		if _, err := tenant.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tenant.CoreV1().ConfigMaps("app").Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"color": "blue"},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		labels := map[string]string{"app": "web"}
+		replicas := int32(2)
+		if _, err := tenant.AppsV1().Deployments("app").Create(ctx, &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "web"},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: &replicas,
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{
+						Name: "web", Image: BusyboxImage, Command: []string{"sleep", "3600"},
+					}}},
+				},
+			},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The tenant's controller-manager makes the ReplicaSet and pods; with no node in the
+		// tenant yet, its scheduler leaves them Pending.
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			rs, err := tenant.AppsV1().ReplicaSets("app").List(ctx, metav1.ListOptions{})
+			if err != nil || len(rs.Items) != 1 {
+				return false, nil
+			}
+			pods, err := tenant.CoreV1().Pods("app").List(ctx, metav1.ListOptions{})
+			if err != nil || len(pods.Items) != 2 {
+				return false, nil
+			}
+			for _, p := range pods.Items {
+				if p.Status.Phase != corev1.PodPending || !unschedulable(p) {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("ReplicaSet and 2 Pending, unschedulable pods: %v", err)
+		}
+	})
+
+	t.Run("deleting the apiserver pod keeps the data", func(t *testing.T) {
+		sel := client.MatchingLabels(naming.For(nodePort.Name).Labels(naming.ComponentControlPlane))
+		pods := &corev1.PodList{}
+		if err := host.List(ctx, pods, client.InNamespace(ns), sel); err != nil || len(pods.Items) == 0 {
+			t.Fatalf("control-plane pods: %v (%d)", err, len(pods.Items))
+		}
+		old := pods.Items[0]
+		deleted := time.Now()
+		if err := host.Delete(ctx, &old); err != nil {
+			t.Fatal(err)
+		}
+		// The old pod goes; the tenant answers from the new one, with its data.
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			err := host.Get(ctx, client.ObjectKeyFromObject(&old), &corev1.Pod{})
+			return client.IgnoreNotFound(err) == nil && err != nil, nil
+		})
+		if err != nil {
+			t.Fatalf("the deleted pod %s is still there: %v", old.Name, err)
+		}
+		err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			cm, err := tenant.CoreV1().ConfigMaps("app").Get(ctx, "settings", metav1.GetOptions{})
+			return err == nil && cm.Data["color"] == "blue", nil
+		})
+		if err != nil {
+			t.Fatalf("tenant data after the apiserver pod %s was deleted: %v", old.Name, err)
+		}
+		t.Logf("the tenant answered with its data %s after its apiserver pod was deleted", time.Since(deleted).Round(100*time.Millisecond))
+		waitReady(t, ctx, nodePort)
+	})
+
+	t.Run("deleting the VirtualCluster removes every host object", func(t *testing.T) {
+		for _, vc := range []*v1alpha1.VirtualCluster{nodePort, clusterIP} {
+			deleteAndCheckGone(t, ctx, vc)
+		}
+	})
+}
+
+// TestOperatorRestartMidProvisioning restarts the operator while a tenant is being created:
+// the tenant still becomes Ready, and nothing is made twice.
+func TestOperatorRestartMidProvisioning(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	ns := createNamespace(t, ctx, "e2e-restart")
+	vc := newVC(ns, "restart", v1alpha1.ExposureClusterIP)
+	if err := host.Create(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the operator has started (its finalizer is on), then kill it.
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got := &v1alpha1.VirtualCluster{}
+		return host.Get(ctx, client.ObjectKeyFromObject(vc), got) == nil && len(got.Finalizers) > 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := &corev1.PodList{}
+	if err := host.List(ctx, ops, client.MatchingLabels{"app.kubernetes.io/component": "operator"}); err != nil || len(ops.Items) == 0 {
+		t.Fatalf("operator pods: %v (%d)", err, len(ops.Items))
+	}
+	for _, p := range ops.Items {
+		if err := host.Delete(ctx, &p, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("deleted the operator pod %s while %s was %s", ops.Items[0].Name, vc.Name, phaseOf(ctx, vc))
+	waitReady(t, ctx, vc)
+
+	// Nothing twice: one of each object, and one ReplicaSet of the control plane, which a
+	// second set of certificates would have rolled.
+	sel := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
+	for _, c := range []struct {
+		list client.ObjectList
+		want int
+	}{
+		{&corev1.SecretList{}, 4},
+		{&corev1.ServiceList{}, 3},
+		{&appsv1.StatefulSetList{}, 1},
+		{&appsv1.DeploymentList{}, 1},
+		{&appsv1.ReplicaSetList{}, 1},
+	} {
+		if err := host.List(ctx, c.list, client.InNamespace(ns), sel); err != nil {
+			t.Fatal(err)
+		}
+		if n := meta.LenList(c.list); n != c.want {
+			t.Errorf("%T: %d objects, want %d", c.list, n, c.want)
+		}
+	}
+	deleteAndCheckGone(t, ctx, vc)
+}
+
+func newVC(ns, name string, exposure v1alpha1.ExposureType) *v1alpha1.VirtualCluster {
+	return &v1alpha1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1alpha1.VirtualClusterSpec{
+			ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{Type: exposure}},
+			Etcd:         v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
+		},
+	}
+}
+
+func createNamespace(t *testing.T, ctx context.Context, name string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := host.Create(ctx, ns); err != nil {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpNamespace(t, name)
+		}
+		_ = host.Delete(context.Background(), ns)
+	})
+	return name
+}
+
+func waitReady(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualCluster) *v1alpha1.VirtualCluster {
+	t.Helper()
+	got := &v1alpha1.VirtualCluster{}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, readyBound, true, func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(vc), got); err != nil {
+			return false, nil
+		}
+		return meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady), nil
+	})
+	if err != nil {
+		t.Fatalf("%s/%s not Ready within %s: %v\nconditions: %+v", vc.Namespace, vc.Name, readyBound, err, got.Status.Conditions)
+	}
+	return got
+}
+
+func phaseOf(ctx context.Context, vc *v1alpha1.VirtualCluster) v1alpha1.VirtualClusterPhase {
+	got := &v1alpha1.VirtualCluster{}
+	_ = host.Get(ctx, client.ObjectKeyFromObject(vc), got)
+	return got.Status.Phase
+}
+
+// downloadKubeconfig saves the tenant's admin kubeconfig from its Secret, as a user would.
+func downloadKubeconfig(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualCluster) string {
+	t.Helper()
+	got := &v1alpha1.VirtualCluster{}
+	if err := host.Get(ctx, client.ObjectKeyFromObject(vc), got); err != nil {
+		t.Fatal(err)
+	}
+	ref := got.Status.KubeconfigSecretRef
+	if ref == nil {
+		t.Fatal("status.kubeconfigSecretRef is not set")
+	}
+	s := &corev1.Secret{}
+	if err := host.Get(ctx, types.NamespacedName{Namespace: vc.Namespace, Name: ref.Name}, s); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), vc.Name+".kubeconfig")
+	if err := os.WriteFile(path, s.Data[ref.Key], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func tenantClient(t *testing.T, kubeconfig string) *kubernetes.Clientset {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+func kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(*kubectlPath, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// runPod runs a busybox pod in the host to completion and returns its logs and whether it
+// succeeded.
+func runPod(t *testing.T, ctx context.Context, ns, name string, command ...string) (string, bool) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "main", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: command}},
+		},
+	}
+	if err := host.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = host.Delete(context.Background(), pod) }()
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := host.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return false, nil
+		}
+		return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s did not finish: %v (phase %s)", name, err, pod.Status.Phase)
+	}
+	logs, _ := hostCS.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	return string(logs), pod.Status.Phase == corev1.PodSucceeded
+}
+
+// deleteAndCheckGone deletes vc, waits until it is gone, and checks no host object of it is
+// left: not what the operator made, nor what the host's controllers made for it.
+func deleteAndCheckGone(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualCluster) {
+	t.Helper()
+	if err := host.Delete(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := host.Get(ctx, client.ObjectKeyFromObject(vc), &v1alpha1.VirtualCluster{})
+		return client.IgnoreNotFound(err) == nil && err != nil, nil
+	})
+	if err != nil {
+		t.Fatalf("%s not deleted: %v", vc.Name, err)
+	}
+	sel := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
+	for _, l := range []client.ObjectList{&corev1.SecretList{}, &corev1.ServiceList{}, &corev1.PodList{},
+		&corev1.PersistentVolumeClaimList{}, &appsv1.StatefulSetList{}, &appsv1.DeploymentList{},
+		&appsv1.ReplicaSetList{}, &appsv1.ControllerRevisionList{}} {
+		if err := host.List(ctx, l, client.InNamespace(vc.Namespace), sel); err != nil {
+			t.Fatal(err)
+		}
+		if n := meta.LenList(l); n != 0 {
+			t.Errorf("%s deleted, but %d %T remain", vc.Name, n, l)
+		}
+	}
+	// EndpointSlices belong to the Services; the garbage collector removes them shortly.
+	names := naming.For(vc.Name)
+	for _, svc := range []string{names.APIServerService(), names.EtcdClientService(), names.EtcdPeerService()} {
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			slices, err := hostCS.DiscoveryV1().EndpointSlices(vc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + svc})
+			return err == nil && len(slices.Items) == 0, nil
+		})
+		if err != nil {
+			t.Errorf("EndpointSlices of Service %s remain: %v", svc, err)
+		}
+	}
+}
+
+func unschedulable(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
+// dumpNamespace prints what a failed test leaves in a namespace, for diagnosis.
+func dumpNamespace(t *testing.T, ns string) {
+	var out bytes.Buffer
+	cmd := exec.Command(*kubectlPath, "--kubeconfig", *kubeconfigPath, "-n", ns, "get", "virtualclusters,pods,services,secrets,events", "-o", "wide")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	_ = cmd.Run()
+	t.Logf("namespace %s:\n%s", ns, out.String())
+}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	criclient "k8s.io/cri-client/pkg"
+)
+
+// down stops what up started and removes what it created. It works on a half-built cluster
+// too, and on one already down.
+func down(c config) error {
+	nodes, err := c.existingNodes()
+	if err != nil {
+		return err
+	}
+	isNode := func(name string) bool { return strings.HasPrefix(name, nodePrefix) }
+	var errs []error
+	// Kubelets first, so nothing restarts the pods removed next.
+	errs = append(errs, c.stopRecorded(func(name string) bool { return isNode(name) && strings.HasSuffix(name, "-kubelet") }))
+	for _, n := range nodes {
+		errs = append(errs, c.removePods(n))
+	}
+	errs = append(errs, c.stopRecorded(isNode))
+	for _, n := range nodes {
+		errs = append(errs, c.killShims(n))
+	}
+	// The control plane last, each component before what it depends on.
+	for _, names := range [][]string{{"kube-scheduler", "kube-controller-manager"}, {"kube-apiserver"}, {"etcd"}} {
+		errs = append(errs, c.stopRecorded(func(name string) bool { return slices.Contains(names, name) }))
+	}
+	errs = append(errs, c.stopRecorded(func(string) bool { return true }))
+	errs = append(errs, c.unmountAll())
+	for _, n := range nodes {
+		if netnsExists(n.name) {
+			errs = append(errs, run("ip", "netns", "delete", n.name))
+		}
+		errs = append(errs, removeCgroups(n.name))
+		cache, _ := filepath.Glob("/var/lib/cni/results/" + n.name + "-*")
+		for _, f := range cache {
+			errs = append(errs, os.Remove(f))
+		}
+	}
+	if exec.Command("ip", "link", "show", bridgeName).Run() == nil {
+		errs = append(errs, run("ip", "link", "delete", bridgeName))
+	}
+	for _, p := range []string{c.stateDir, c.runDir, filepath.Join(c.outDir, "local"), c.hostKubeconfig()} {
+		errs = append(errs, os.RemoveAll(p))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return c.checkNothingLeft()
+}
+
+// existingNodes finds the nodes of a cluster that may be half built: by network namespace and
+// by state directory.
+func (c config) existingNodes() ([]node, error) {
+	names := map[string]bool{}
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("ip netns list: %w", err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], nodePrefix) {
+			names[f[0]] = true
+		}
+	}
+	dirs, _ := os.ReadDir(filepath.Join(c.stateDir, "nodes"))
+	for _, d := range dirs {
+		names[d.Name()] = true
+	}
+	var nodes []node
+	for _, n := range nodesOf(9) {
+		if names[n.name] {
+			nodes = append(nodes, n)
+		}
+	}
+	return nodes, nil
+}
+
+// removePods stops and removes every pod sandbox of a node through its containerd, so that
+// the CNI plugins release their addresses and containerd's shims exit.
+func (c config) removePods(n node) error {
+	sock := c.containerdSocket(n)
+	if _, err := os.Stat(sock); err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt, err := criclient.NewRemoteRuntimeService(ctx, "unix://"+sock, 30*time.Second, nil, false)
+	if err != nil {
+		return fmt.Errorf("%s: connecting to containerd: %w", n.name, err)
+	}
+	pods, err := rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{})
+	if err != nil {
+		logf("%s: containerd does not answer (%v); leaving its pods to the namespace removal", n.name, err)
+		return nil
+	}
+	for _, p := range pods {
+		if err := rt.StopPodSandbox(ctx, p.Id); err != nil {
+			return fmt.Errorf("%s: stopping pod %s: %w", n.name, p.Metadata.Name, err)
+		}
+		if err := rt.RemovePodSandbox(ctx, p.Id); err != nil {
+			return fmt.Errorf("%s: removing pod %s: %w", n.name, p.Metadata.Name, err)
+		}
+	}
+	logf("%s: removed %d pods", n.name, len(pods))
+	return nil
+}
+
+// killShims stops containerd shims this node's containerd started that outlived it; they name
+// the node's containerd socket on their command line.
+func (c config) killShims(n node) error {
+	sock := c.containerdSocket(n)
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(cmdline), "containerd-shim") || !strings.Contains(string(cmdline), sock) {
+			continue
+		}
+		var pid int
+		if _, err := fmt.Sscanf(p, "/proc/%d/cmdline", &pid); err == nil {
+			logf("%s: stopping leftover shim %d", n.name, pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	return nil
+}
+
+// unmountAll unmounts, deepest first, every mount under the state and run directories (pod
+// volumes, container root filesystems, sandbox /dev/shm).
+func (c config) unmountAll() error {
+	var errs []error
+	for range 3 {
+		mounts := c.ourMounts()
+		if len(mounts) == 0 {
+			return nil
+		}
+		for _, m := range mounts {
+			if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+				errs = append(errs, fmt.Errorf("unmounting %s: %w", m, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c config) ourMounts() []string {
+	data, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		p := strings.ReplaceAll(f[1], `\040`, " ")
+		if under(p, c.stateDir) || under(p, c.runDir) ||
+			strings.HasPrefix(p, "/run/netns/"+nodePrefix) || strings.HasPrefix(p, "/var/run/netns/"+nodePrefix) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}
+
+// removeCgroups removes the node's cgroup tree in every hierarchy, leaves first.
+func removeCgroups(name string) error {
+	hierarchies, err := cgroupHierarchies()
+	if err != nil {
+		return nil
+	}
+	var errs []error
+	for _, h := range hierarchies {
+		root := filepath.Join(h, name)
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		slices.SortFunc(dirs, func(a, b string) int { return len(b) - len(a) })
+		for _, d := range dirs {
+			if err := syscall.Rmdir(d); err != nil && !errors.Is(err, syscall.ENOENT) {
+				errs = append(errs, fmt.Errorf("removing cgroup %s: %w", d, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func netnsExists(name string) bool {
+	_, err := os.Stat("/var/run/netns/" + name)
+	return err == nil
+}
+
+// checkNothingLeft reports anything of the cluster that survived.
+func (c config) checkNothingLeft() error {
+	var left []string
+	if m := c.ourMounts(); len(m) > 0 {
+		left = append(left, fmt.Sprintf("%d mounts (first %s)", len(m), m[0]))
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(p)
+		if err == nil && (strings.Contains(string(cmdline), c.stateDir) || strings.Contains(string(cmdline), c.runDir)) {
+			left = append(left, "process "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("left behind: %s", strings.Join(left, "; "))
+	}
+	logf("nothing of the local cluster is left")
+	return nil
+}
+
+// under says whether path is dir or inside it.
+func under(path, dir string) bool {
+	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
+}

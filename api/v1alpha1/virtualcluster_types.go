@@ -264,6 +264,9 @@ const (
 	ConditionKubeconfigReady = "KubeconfigReady"
 	// ConditionReady: all of the above.
 	ConditionReady = "Ready"
+	// ConditionSharedNodeReady, with spec.nodes.shared: the virtual node runs. It does not
+	// take part in Ready, which is about the control plane.
+	ConditionSharedNodeReady = "SharedNodeReady"
 )
 
 // VirtualClusterStatus is what the operator observed.

@@ -6,6 +6,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/controller/virtualcluster"
+	"github.com/kubenest-io/kubenest/pkg/clustertree"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/version"
@@ -46,6 +48,7 @@ func run() error {
 		leaderElectionNamespace            string
 		workers                            int
 		nodePortAddress                    string
+		virtualNodeAddress, virtualNodeName string
 	)
 	fs := flag.CommandLine
 	fs.Usage = func() {
@@ -72,6 +75,8 @@ Flags:
 	fs.StringVar(&settings.HostClusterDomain, "host-cluster-domain", settings.HostClusterDomain, "DNS domain of the host cluster, for the Service names in tenant certificates.")
 	fs.StringVar(&settings.ServiceCIDR, "tenant-service-cidr", settings.ServiceCIDR, "Range tenants' Services get ClusterIPs from; must not overlap the host's Service or pod ranges.")
 	fs.StringVar(&nodePortAddress, "nodeport-address", "", "Address in NodePort endpoints and certificates; empty uses the address of the oldest Ready host node.")
+	fs.StringVar(&virtualNodeAddress, "virtual-node-address", os.Getenv("POD_IP"), "IP tenants' apiservers reach the shared virtual nodes' kubelet API at: this pod's IP (the chart sets $POD_IP). Empty runs no virtual node.")
+	fs.StringVar(&virtualNodeName, "virtual-node-name", "kubenest-shared", "Name of the shared virtual node in every tenant.")
 	fs.DurationVar(&settings.LeafValidity, "leaf-certificate-validity", 0, "Validity of tenant leaf certificates; 0 means one year. Short values are for testing rotation.")
 	fs.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	klog.InitFlags(fs)
@@ -123,6 +128,7 @@ Flags:
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
 				&corev1.Secret{}:      owned,
+				&corev1.ConfigMap{}:   owned,
 				&corev1.Pod{}:         owned,
 				&corev1.Service{}:     owned,
 				&appsv1.StatefulSet{}: owned,
@@ -133,12 +139,28 @@ Flags:
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
+	ctx := ctrl.SetupSignalHandler()
+	var shared *virtualcluster.SharedNodes
+	if virtualNodeAddress != "" {
+		if net.ParseIP(virtualNodeAddress) == nil {
+			return fmt.Errorf("--virtual-node-address %q is not an IP address", virtualNodeAddress)
+		}
+		shared = &virtualcluster.SharedNodes{
+			Manager:  clustertree.NewManager(ctx),
+			Host:     cfg,
+			Address:  virtualNodeAddress,
+			NodeName: virtualNodeName,
+		}
+	} else {
+		log.Info("no --virtual-node-address (nor $POD_IP): tenants asking for the shared node will not get one")
+	}
 	if err := (&virtualcluster.Reconciler{
 		Client:          mgr.GetClient(),
 		APIReader:       mgr.GetAPIReader(),
 		Settings:        settings,
 		Recorder:        mgr.GetEventRecorder("kubenest-operator"),
 		NodePortAddress: nodePortAddress,
+		SharedNodes:     shared,
 	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: workers}); err != nil {
 		return fmt.Errorf("setting up the VirtualCluster controller: %w", err)
 	}
@@ -150,5 +172,5 @@ Flags:
 	}
 	log.Info("starting", "version", version.String(), "controlplaneImage", settings.Image,
 		"tenantServiceCIDR", settings.ServiceCIDR, "workers", workers, "startedAt", time.Now().UTC().Format(time.RFC3339))
-	return mgr.Start(ctrl.SetupSignalHandler())
+	return mgr.Start(ctx)
 }

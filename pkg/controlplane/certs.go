@@ -179,6 +179,8 @@ const (
 	SchedulerUser          = "system:kube-scheduler"
 	APIServerKubeletClient = "kube-apiserver-kubelet-client"
 	FrontProxyClientUser   = "front-proxy-client"
+	// ClusterTreeUser is the identity the operator's virtual node uses in the tenant.
+	ClusterTreeUser = "kubenest-clustertree"
 )
 
 // Exposure is how the tenant's apiserver Service was published: its address inside the host and

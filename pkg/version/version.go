@@ -12,3 +12,6 @@ var Version = "dev"
 func String() string {
 	return "kubenest " + Version + " (kubernetes " + utilversion.Get().GitVersion + ")"
 }
+
+// KubernetesVersion is the version of the Kubernetes components this binary embeds.
+func KubernetesVersion() string { return utilversion.Get().GitVersion }

@@ -62,6 +62,8 @@ type Reconciler struct {
 	// TenantDial dials tenant apiservers; nil dials directly. Tests use it to route the
 	// in-cluster Service address to where they run the tenant.
 	TenantDial func(ctx context.Context, network, address string) (net.Conn, error)
+	// SharedNodes runs the virtual nodes of tenants with spec.nodes.shared; nil runs none.
+	SharedNodes *SharedNodes
 }
 
 // +kubebuilder:rbac:groups=kubenest.io,resources=virtualclusters,verbs=get;list;watch;update;patch
@@ -70,7 +72,11 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=secrets;services,verbs=get;list;watch;create;update;patch;delete;deletecollection
 // +kubebuilder:rbac:groups=apps,resources=statefulsets;deployments,verbs=get;list;watch;create;update;patch;delete;deletecollection
 // +kubebuilder:rbac:groups=apps,resources=replicasets;controllerrevisions,verbs=get;list;delete;deletecollection
-// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims,verbs=get;list;watch;delete;deletecollection
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;delete;deletecollection
+// +kubebuilder:rbac:groups="",resources=pods;configmaps,verbs=get;list;watch;create;update;patch;delete;deletecollection
+// +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
+// +kubebuilder:rbac:groups="",resources=pods/exec;pods/attach;pods/portforward,verbs=create;get
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -208,6 +214,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		}
 	}
 	conds.apiServer(deploy, probeErr, cpProblem)
+	if err := r.reconcileSharedNode(ctx, vc, pki, exposure, conds); err != nil {
+		return reconcile.Result{}, err
+	}
 
 	if conds.isTrue(v1alpha1.ConditionAPIServerReady) && conds.isTrue(v1alpha1.ConditionKubeconfigReady) &&
 		conds.isTrue(v1alpha1.ConditionEtcdReady) && result.RequeueAfter == 0 {

@@ -33,6 +33,7 @@ var tenantKinds = []struct {
 	{"Pod", &corev1.PodList{}, &corev1.Pod{}},
 	{"PersistentVolumeClaim", &corev1.PersistentVolumeClaimList{}, &corev1.PersistentVolumeClaim{}},
 	{"Service", &corev1.ServiceList{}, &corev1.Service{}},
+	{"ConfigMap", &corev1.ConfigMapList{}, &corev1.ConfigMap{}},
 	{"Secret", &corev1.SecretList{}, &corev1.Secret{}},
 }
 
@@ -45,6 +46,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 		return reconcile.Result{}, nil
 	}
 	log := ctrl.LoggerFrom(ctx)
+	if r.SharedNodes != nil {
+		r.SharedNodes.Manager.Stop(vc.Namespace + "/" + vc.Name)
+	}
 	selector := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
 	remaining := 0
 	for _, k := range tenantKinds {

@@ -17,18 +17,19 @@ import (
 // Reasons of the VirtualCluster's conditions. Messages are written here, never copied from
 // errors, so they stay stable and carry no secrets.
 const (
-	ReasonIssued             = "Issued"
-	ReasonCAInvalid          = "CAInvalid"
-	ReasonInvalidSpec        = "InvalidSpec"
-	ReasonApplyFailed        = "ApplyFailed"
-	ReasonWaitingForPods     = "WaitingForPods"
-	ReasonMembersReady       = "MembersReady"
-	ReasonNotReachable       = "NotReachable"
-	ReasonReady              = "Ready"
-	ReasonWaitingForEndpoint = "WaitingForEndpoint"
-	ReasonWritten            = "Written"
-	ReasonNotReady           = "NotReady"
-	ReasonDeleting           = "Deleting"
+	ReasonIssued              = "Issued"
+	ReasonCAInvalid           = "CAInvalid"
+	ReasonInvalidSpec         = "InvalidSpec"
+	ReasonApplyFailed         = "ApplyFailed"
+	ReasonWaitingForPods      = "WaitingForPods"
+	ReasonMembersReady        = "MembersReady"
+	ReasonNotReachable        = "NotReachable"
+	ReasonReady               = "Ready"
+	ReasonWaitingForEndpoint  = "WaitingForEndpoint"
+	ReasonWritten             = "Written"
+	ReasonNotReady            = "NotReady"
+	ReasonDeleting            = "Deleting"
+	ReasonWaitingForAPIServer = "WaitingForAPIServer"
 )
 
 // conditions sets the conditions of one status, each stamped with the generation it describes.
@@ -50,6 +51,8 @@ func (c conditions) set(typ string, ok bool, reason, message string) {
 }
 
 func (c conditions) isTrue(typ string) bool { return meta.IsStatusConditionTrue(*c.list, typ) }
+
+func (c conditions) remove(typ string) { meta.RemoveStatusCondition(c.list, typ) }
 
 // invalidSpec marks every condition false: the spec must change before anything proceeds.
 func (c conditions) invalidSpec(err error) {

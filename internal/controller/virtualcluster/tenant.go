@@ -70,14 +70,43 @@ func (r *Reconciler) tenantConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI) (*r
 
 // bootstrapTenant applies the tenant objects the control plane itself relies on: the apiserver
 // may call kubelets (logs, exec) as kube-apiserver-kubelet-client, a user bound to the
-// built-in system:kubelet-api-admin role rather than put in system:masters.
+// built-in system:kubelet-api-admin role rather than put in system:masters; the shared node's
+// sync gets its own role.
 func bootstrapTenant(ctx context.Context, client kubernetes.Interface) error {
-	crb := rbacv1ac.ClusterRoleBinding("kubenest:apiserver-kubelet-client").
-		WithLabels(map[string]string{"app.kubernetes.io/managed-by": "kubenest"}).
-		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("ClusterRole").WithName("system:kubelet-api-admin")).
-		WithSubjects(rbacv1ac.Subject().WithAPIGroup(rbacv1.GroupName).WithKind(rbacv1.UserKind).WithName(controlplane.APIServerKubeletClient))
-	if _, err := client.RbacV1().ClusterRoleBindings().Apply(ctx, crb, metav1.ApplyOptions{FieldManager: FieldOwner, Force: true}); err != nil {
-		return fmt.Errorf("applying tenant ClusterRoleBinding %s: %w", *crb.Name, err)
+	labels := map[string]string{"app.kubernetes.io/managed-by": "kubenest"}
+	opts := metav1.ApplyOptions{FieldManager: FieldOwner, Force: true}
+	rule := func(group string, resources []string, verbs ...string) *rbacv1ac.PolicyRuleApplyConfiguration {
+		return rbacv1ac.PolicyRule().WithAPIGroups(group).WithResources(resources...).WithVerbs(verbs...)
 	}
-	return nil
+	// What the shared node's sync does in the tenant, and no more: run the pods bound to its
+	// node, keep its Node and Lease, read what those pods refer to, request their tokens, and
+	// check who calls its kubelet API.
+	clustertree := rbacv1ac.ClusterRole("kubenest:clustertree").WithLabels(labels).WithRules(
+		rule("", []string{"pods"}, "get", "list", "watch", "update", "patch", "delete"),
+		rule("", []string{"pods/status"}, "update", "patch"),
+		rule("", []string{"nodes"}, "get", "list", "watch", "create", "update", "patch", "delete"),
+		rule("", []string{"nodes/status"}, "update", "patch"),
+		rule("coordination.k8s.io", []string{"leases"}, "get", "create", "update", "patch"),
+		rule("", []string{"configmaps", "secrets", "services"}, "get", "list", "watch"),
+		rule("", []string{"serviceaccounts/token"}, "create"),
+		rule("", []string{"events"}, "create", "patch", "update"),
+		rule("authentication.k8s.io", []string{"tokenreviews"}, "create"),
+		rule("authorization.k8s.io", []string{"subjectaccessreviews"}, "create"),
+	)
+	if _, err := client.RbacV1().ClusterRoles().Apply(ctx, clustertree, opts); err != nil {
+		return fmt.Errorf("applying tenant ClusterRole %s: %w", *clustertree.Name, err)
+	}
+	bind := func(name, role, user string) error {
+		crb := rbacv1ac.ClusterRoleBinding(name).WithLabels(labels).
+			WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("ClusterRole").WithName(role)).
+			WithSubjects(rbacv1ac.Subject().WithAPIGroup(rbacv1.GroupName).WithKind(rbacv1.UserKind).WithName(user))
+		if _, err := client.RbacV1().ClusterRoleBindings().Apply(ctx, crb, opts); err != nil {
+			return fmt.Errorf("applying tenant ClusterRoleBinding %s: %w", name, err)
+		}
+		return nil
+	}
+	if err := bind("kubenest:apiserver-kubelet-client", "system:kubelet-api-admin", controlplane.APIServerKubeletClient); err != nil {
+		return err
+	}
+	return bind("kubenest:clustertree", "kubenest:clustertree", controlplane.ClusterTreeUser)
 }

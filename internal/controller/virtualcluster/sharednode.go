@@ -1,0 +1,222 @@
+package virtualcluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/clustertree"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/pki"
+	"github.com/kubenest-io/kubenest/pkg/version"
+)
+
+// SharedNodes configures the virtual nodes the operator runs for tenants with spec.nodes.shared.
+type SharedNodes struct {
+	Manager *clustertree.Manager
+	// Host reaches the host cluster as the operator.
+	Host *rest.Config
+	// Address is the IP the tenants' apiservers reach the virtual nodes' kubelet API at: the
+	// operator pod's IP.
+	Address string
+	// NodeName is the virtual node's name in every tenant.
+	NodeName string
+}
+
+// podSecurityLevel is the Pod Security level the VirtualCluster's namespace enforces once its
+// tenant may run pods on the shared nodes: no host namespaces, ports, paths or privileges.
+const podSecurityLevel = "baseline"
+
+// reconcileSharedNode runs the tenant's virtual node when it asks for one and its apiserver
+// answers, and stops it (removing what it ran in the host) when it no longer asks.
+func (r *Reconciler) reconcileSharedNode(ctx context.Context, vc *v1alpha1.VirtualCluster, p *tenantPKI, exp controlplane.Exposure, conds conditions) error {
+	if r.SharedNodes == nil {
+		return nil
+	}
+	key := vc.Namespace + "/" + vc.Name
+	if !vc.Spec.Nodes.Shared {
+		r.SharedNodes.Manager.Stop(key)
+		conds.remove(v1alpha1.ConditionSharedNodeReady)
+		return r.removeSharedPods(ctx, vc)
+	}
+	if !conds.isTrue(v1alpha1.ConditionAPIServerReady) {
+		conds.set(v1alpha1.ConditionSharedNodeReady, false, ReasonWaitingForAPIServer, "the virtual node starts once the tenant's apiserver answers")
+		return nil
+	}
+	if err := r.labelForPodSecurity(ctx, vc.Namespace); err != nil {
+		return err
+	}
+	tenantCfg, err := r.tenantConfig(vc, p)
+	if err != nil {
+		return err
+	}
+	fingerprint := fingerprintOf(p.authorities.CA.CertPEM(), tenantCfg.Host, exp.ClusterIP, r.SharedNodes.Address, string(vc.UID))
+	err = r.SharedNodes.Manager.Ensure(key, fingerprint, func() (clustertree.Config, time.Time, error) {
+		return r.sharedNodeConfig(vc, p, exp, tenantCfg)
+	})
+	if err != nil {
+		return err
+	}
+	if running, err := r.SharedNodes.Manager.Status(key); !running {
+		msg := "the virtual node is starting"
+		if err != nil {
+			msg = "the virtual node stopped and is restarted on the next pass: " + err.Error()
+		}
+		conds.set(v1alpha1.ConditionSharedNodeReady, false, ReasonNotReady, msg)
+		return nil
+	}
+	conds.set(v1alpha1.ConditionSharedNodeReady, true, ReasonReady,
+		fmt.Sprintf("virtual node %s runs the tenant's pods on the host's shared nodes", r.SharedNodes.NodeName))
+	return nil
+}
+
+// sharedNodeConfig issues the virtual node's certificates from the tenant's CA: a client
+// certificate for clustertree in the tenant, and the kubelet API's serving certificate.
+func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI, exp controlplane.Exposure, admin *rest.Config) (clustertree.Config, time.Time, error) {
+	now := r.Clock.Now()
+	ca := p.authorities.CA
+	client, err := ca.Issue(pki.CertSpec{CommonName: controlplane.ClusterTreeUser, Usage: pki.UsageClient, Validity: r.Settings.LeafValidity}, now)
+	if err != nil {
+		return clustertree.Config{}, time.Time{}, err
+	}
+	serving, err := ca.Issue(pki.CertSpec{
+		CommonName: "system:node:" + r.SharedNodes.NodeName, Organization: []string{"system:nodes"},
+		DNSNames: []string{r.SharedNodes.NodeName}, IPs: []net.IP{net.ParseIP(r.SharedNodes.Address)},
+		Usage: pki.UsageServer, Validity: r.Settings.LeafValidity,
+	}, now)
+	if err != nil {
+		return clustertree.Config{}, time.Time{}, err
+	}
+	clientKey, err := client.KeyPEM()
+	if err != nil {
+		return clustertree.Config{}, time.Time{}, err
+	}
+	servingKey, err := serving.KeyPEM()
+	if err != nil {
+		return clustertree.Config{}, time.Time{}, err
+	}
+	servingPair, err := tls.X509KeyPair(append(serving.CertPEM(), ca.CertPEM()...), servingKey)
+	if err != nil {
+		return clustertree.Config{}, time.Time{}, err
+	}
+	tenant := rest.CopyConfig(admin)
+	tenant.CertData, tenant.KeyData = client.CertPEM(), clientKey
+	tenant.Timeout = 0
+	tenant.QPS, tenant.Burst = 50, 100
+	renewAt := pki.RenewAt(client.Cert)
+	if r := pki.RenewAt(serving.Cert); r.Before(renewAt) {
+		renewAt = r
+	}
+	return clustertree.Config{
+		VirtualCluster:    vc.Name,
+		VirtualClusterUID: vc.UID,
+		HostNamespace:     vc.Namespace,
+		NodeName:          r.SharedNodes.NodeName,
+		Host:              r.SharedNodes.Host,
+		Tenant:            tenant,
+		ServingCert:       servingPair,
+		ClientCA:          ca.CertPEM(),
+		NodeAddress:       r.SharedNodes.Address,
+		ListenAddress:     ":0",
+		APIServerHost:     exp.ClusterIP,
+		APIServerPort:     controlplane.APIServerPort,
+		Capacity:          r.sharedCapacity,
+		KubeletVersion:    version.KubernetesVersion(),
+	}, renewAt, nil
+}
+
+// sharedCapacity is what the host's shared nodes can give: the allocatable resources of every
+// Ready, schedulable node.
+func (r *Reconciler) sharedCapacity(ctx context.Context) (corev1.ResourceList, error) {
+	nodes := &corev1.NodeList{}
+	if err := r.Client.List(ctx, nodes); err != nil {
+		return nil, err
+	}
+	total := corev1.ResourceList{}
+	for _, n := range nodes.Items {
+		if n.Spec.Unschedulable || !nodeReady(&n) {
+			continue
+		}
+		for name, q := range n.Status.Allocatable {
+			sum := total[name]
+			sum.Add(q)
+			total[name] = sum
+		}
+	}
+	if _, ok := total[corev1.ResourcePods]; !ok {
+		total[corev1.ResourcePods] = resource.MustParse("0")
+	}
+	return total, nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// labelForPodSecurity makes the host namespace enforce Pod Security's baseline level, the
+// host's own guard beside clustertree's checks.
+func (r *Reconciler) labelForPodSecurity(ctx context.Context, namespace string) error {
+	ns := &corev1.Namespace{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		return fmt.Errorf("reading namespace %s: %w", namespace, err)
+	}
+	const label = "pod-security.kubernetes.io/enforce"
+	if ns.Labels[label] == podSecurityLevel || ns.Labels[label] == "restricted" {
+		return nil
+	}
+	patch := client.MergeFrom(ns.DeepCopy())
+	if ns.Labels == nil {
+		ns.Labels = map[string]string{}
+	}
+	ns.Labels[label] = podSecurityLevel
+	if err := r.Client.Patch(ctx, ns, patch); err != nil {
+		return fmt.Errorf("labelling namespace %s for Pod Security: %w", namespace, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("namespace now enforces Pod Security", "namespace", namespace, "level", podSecurityLevel)
+	return nil
+}
+
+// removeSharedPods deletes what the virtual node ran in the host, for a tenant that no longer
+// asks for it.
+func (r *Reconciler) removeSharedPods(ctx context.Context, vc *v1alpha1.VirtualCluster) error {
+	sel := client.MatchingLabels(clustertree.HostSelector(vc.Name))
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(vc.Namespace), sel); err != nil {
+		return err
+	}
+	if len(pods.Items) == 0 {
+		return nil
+	}
+	ctrl.LoggerFrom(ctx).Info("the tenant no longer asks for the shared node; removing its host pods", "pods", len(pods.Items))
+	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.ConfigMap{}, &corev1.Secret{}} {
+		if err := r.Client.DeleteAllOf(ctx, obj, client.InNamespace(vc.Namespace), sel); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("removing the shared node's host objects: %w", err)
+		}
+	}
+	return nil
+}
+
+func fingerprintOf(parts ...any) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%v\x00", p)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}

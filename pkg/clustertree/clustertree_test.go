@@ -1,0 +1,413 @@
+package clustertree_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kubenest-io/kubenest/internal/testenv"
+	"github.com/kubenest-io/kubenest/pkg/clustertree"
+	"github.com/kubenest-io/kubenest/pkg/pki"
+)
+
+const (
+	hostNS   = "tenants"
+	tenantNS = "app"
+	vcName   = "alpha"
+	nodeName = "kubenest-shared"
+)
+
+// TestSync runs a virtual node between two real API servers, a host and a tenant, and checks
+// each direction of the sync. The test plays the host's kubelet (it sets host pod statuses)
+// and the tenant's controller-manager (service account, root CA ConfigMap).
+func TestSync(t *testing.T) {
+	host := testenv.Start(t, testenv.Options{})
+	tenantEnv := testenv.Start(t, testenv.Options{})
+	hc := kubernetes.NewForConfigOrDie(host.Config)
+	tc := kubernetes.NewForConfigOrDie(tenantEnv.Config)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	mustCreate(t, func() error {
+		_, err := hc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hostNS}}, metav1.CreateOptions{})
+		return err
+	})
+	mustCreate(t, func() error {
+		_, err := tc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenantNS}}, metav1.CreateOptions{})
+		return err
+	})
+	for _, c := range []struct {
+		client kubernetes.Interface
+		ns     string
+	}{{tc, tenantNS}, {hc, hostNS}} {
+		mustCreate(t, func() error {
+			_, err := c.client.CoreV1().ServiceAccounts(c.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+			return err
+		})
+	}
+	for name, data := range map[string]map[string]string{
+		"kube-root-ca.crt": {"ca.crt": "tenant CA"},
+		"settings":         {"color": "blue"},
+	} {
+		mustCreate(t, func() error {
+			_, err := tc.CoreV1().ConfigMaps(tenantNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{})
+			return err
+		})
+	}
+	mustCreate(t, func() error {
+		_, err := tc.CoreV1().Secrets(tenantNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"},
+			StringData: map[string]string{"password": "hunter2"}}, metav1.CreateOptions{})
+		return err
+	})
+
+	parent := t
+	stop := startNode(t, host, tenantEnv)
+
+	t.Run("virtual node registers with the host's capacity", func(t *testing.T) {
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			n, err := tc.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			cpu := n.Status.Allocatable[corev1.ResourceCPU]
+			return ready(n) && cpu.String() == "4", nil
+		})
+		if err != nil {
+			t.Fatalf("virtual node not Ready with 4 CPUs: %v", err)
+		}
+		if _, err := tc.CoordinationV1().Leases("kube-node-lease").Get(ctx, nodeName, metav1.GetOptions{}); err != nil {
+			t.Errorf("node lease: %v", err)
+		}
+	})
+
+	hostName := clustertree.HostName(vcName, tenantNS, "web")
+	t.Run("pods down", func(t *testing.T) {
+		createTenantPod(t, ctx, tc, webPod())
+		hp := waitHostPod(t, ctx, hc, hostName)
+		if hp.Annotations[clustertree.AnnotationTenantName] != "web" || hp.Labels["app"] != "web" || hp.Labels[clustertree.LabelOrigin] != "clustertree" {
+			t.Errorf("host pod metadata: labels %v annotations %v", hp.Labels, hp.Annotations)
+		}
+		if hp.Spec.AutomountServiceAccountToken == nil || *hp.Spec.AutomountServiceAccountToken || hp.Spec.NodeName != "" {
+			t.Errorf("host pod spec: automount %v, nodeName %q", hp.Spec.AutomountServiceAccountToken, hp.Spec.NodeName)
+		}
+		env := map[string]corev1.EnvVar{}
+		for _, e := range hp.Spec.Containers[0].Env {
+			env[e.Name] = e
+		}
+		if env["KUBERNETES_SERVICE_HOST"].Value != "10.96.7.7" {
+			t.Errorf("KUBERNETES_SERVICE_HOST %q", env["KUBERNETES_SERVICE_HOST"].Value)
+		}
+		if ref := env["COLOR"].ValueFrom; ref == nil || ref.ConfigMapKeyRef.Name != clustertree.HostName(vcName, tenantNS, "settings") {
+			t.Errorf("COLOR from %+v", ref)
+		}
+		if ref := env["POD_NAME"].ValueFrom; ref == nil || ref.FieldRef.FieldPath != "metadata.annotations['kubenest.io/tenant-name']" {
+			t.Errorf("POD_NAME from %+v", ref)
+		}
+		// Only what the pod refers to is copied; the token is the tenant's, for this pod.
+		for _, name := range []string{"settings", "kube-root-ca.crt"} {
+			cm, err := hc.CoreV1().ConfigMaps(hostNS).Get(ctx, clustertree.HostName(vcName, tenantNS, name), metav1.GetOptions{})
+			if err != nil {
+				t.Errorf("host copy of ConfigMap %s: %v", name, err)
+				continue
+			}
+			if cm.Annotations[clustertree.AnnotationTenantName] != name {
+				t.Errorf("ConfigMap %s annotations %v", name, cm.Annotations)
+			}
+		}
+		s, err := hc.CoreV1().Secrets(hostNS).Get(ctx, clustertree.HostName(vcName, tenantNS, "creds"), metav1.GetOptions{})
+		if err != nil || string(s.Data["password"]) != "hunter2" {
+			t.Errorf("host copy of Secret creds: %v", err)
+		}
+		token, err := hc.CoreV1().Secrets(hostNS).Get(ctx, clustertree.TokenSecretName(hostName), metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("token Secret: %v", err)
+		}
+		review, err := tc.AuthenticationV1().TokenReviews().Create(ctx, tokenReview(string(token.Data[clustertree.TokenKey(0)])), metav1.CreateOptions{})
+		if err != nil || !review.Status.Authenticated || review.Status.User.Username != "system:serviceaccount:app:default" {
+			t.Errorf("the token is not the tenant's default service account's: %v %+v", err, review.Status)
+		}
+	})
+
+	t.Run("status up", func(t *testing.T) {
+		playKubelet(t, ctx, hc, hostName, "10.244.1.9")
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			p, err := tc.CoreV1().Pods(tenantNS).Get(ctx, "web", metav1.GetOptions{})
+			return err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP == "10.244.1.9" &&
+				len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready, nil
+		})
+		if err != nil {
+			t.Fatalf("tenant pod status: %v", err)
+		}
+	})
+
+	t.Run("config changes follow", func(t *testing.T) {
+		cm, err := tc.CoreV1().ConfigMaps(tenantNS).Get(ctx, "settings", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm.Data["color"] = "green"
+		if _, err := tc.CoreV1().ConfigMaps(tenantNS).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			h, err := hc.CoreV1().ConfigMaps(hostNS).Get(ctx, clustertree.HostName(vcName, tenantNS, "settings"), metav1.GetOptions{})
+			return err == nil && h.Data["color"] == "green", nil
+		})
+		if err != nil {
+			t.Errorf("host copy did not follow the tenant's change: %v", err)
+		}
+	})
+
+	t.Run("host deletion shows in the tenant", func(t *testing.T) {
+		if err := hc.CoreV1().Pods(hostNS).Delete(ctx, hostName, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, ctx, func(ctx context.Context) error {
+			_, err := tc.CoreV1().Pods(tenantNS).Get(ctx, "web", metav1.GetOptions{})
+			return err
+		}, "tenant pod web after its host pod was deleted")
+	})
+
+	t.Run("tenant deletion removes the host pod", func(t *testing.T) {
+		createTenantPod(t, ctx, tc, webPod())
+		waitHostPod(t, ctx, hc, hostName)
+		if err := tc.CoreV1().Pods(tenantNS).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, ctx, func(ctx context.Context) error {
+			_, err := hc.CoreV1().Pods(hostNS).Get(ctx, hostName, metav1.GetOptions{})
+			return err
+		}, "host pod after the tenant pod was deleted")
+		waitGone(t, ctx, func(ctx context.Context) error {
+			_, err := tc.CoreV1().Pods(tenantNS).Get(ctx, "web", metav1.GetOptions{})
+			return err
+		}, "tenant pod web")
+	})
+
+	t.Run("pods asking for host privileges are refused with an event", func(t *testing.T) {
+		// (Privileged containers are refused the same way; this tenant apiserver does not
+		// admit them at all.)
+		p := webPod()
+		p.Name = "root"
+		p.Spec.HostNetwork = true
+		createTenantPod(t, ctx, tc, p)
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			got, err := tc.CoreV1().Pods(tenantNS).Get(ctx, "root", metav1.GetOptions{})
+			return err == nil && got.Status.Phase == corev1.PodFailed && got.Status.Reason == clustertree.ReasonForbidden, nil
+		})
+		if err != nil {
+			t.Fatalf("privileged pod not refused: %v", err)
+		}
+		err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			events, err := tc.CoreV1().Events(tenantNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=root"})
+			if err != nil {
+				return false, nil
+			}
+			for _, e := range events.Items {
+				if e.Reason == clustertree.ReasonForbidden && strings.Contains(e.Message, "spec.hostNetwork") {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Errorf("no Forbidden event naming spec.hostNetwork: %v", err)
+		}
+		if _, err := hc.CoreV1().Pods(hostNS).Get(ctx, clustertree.HostName(vcName, tenantNS, "root"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a host pod exists for the refused pod: %v", err)
+		}
+	})
+
+	t.Run("restart rebuilds from both sides", func(t *testing.T) {
+		stop()
+		// While no node runs: a tenant pod is created, and an orphan host pod appears.
+		createTenantPod(t, ctx, tc, webPod())
+		orphan := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: clustertree.HostName(vcName, tenantNS, "ghost"), Labels: clustertree.HostSelector(vcName),
+				Annotations: map[string]string{clustertree.AnnotationTenantName: "ghost", clustertree.AnnotationTenantNamespace: tenantNS, clustertree.AnnotationTenantUID: "gone"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+		}
+		mustCreate(t, func() error {
+			_, err := hc.CoreV1().Pods(hostNS).Create(ctx, orphan, metav1.CreateOptions{})
+			return err
+		})
+		stop = startNode(parent, host, tenantEnv) // runs past this subtest
+		waitHostPod(t, ctx, hc, hostName)
+		waitGone(t, ctx, func(ctx context.Context) error {
+			_, err := hc.CoreV1().Pods(hostNS).Get(ctx, orphan.Name, metav1.GetOptions{})
+			return err
+		}, "orphan host pod")
+		pods, err := hc.CoreV1().Pods(hostNS).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) != 1 {
+			t.Errorf("%d host pods, want 1 (web)", len(pods.Items))
+		}
+	})
+
+	t.Run("copies no pod uses are collected", func(t *testing.T) {
+		if err := tc.CoreV1().Pods(tenantNS).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, ctx, func(ctx context.Context) error {
+			_, err := hc.CoreV1().Pods(hostNS).Get(ctx, hostName, metav1.GetOptions{})
+			return err
+		}, "host pod")
+		err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			cms, err1 := hc.CoreV1().ConfigMaps(hostNS).List(ctx, metav1.ListOptions{LabelSelector: clustertree.LabelOrigin})
+			secrets, err2 := hc.CoreV1().Secrets(hostNS).List(ctx, metav1.ListOptions{LabelSelector: clustertree.LabelOrigin})
+			return err1 == nil && err2 == nil && len(cms.Items) == 0 && len(secrets.Items) == 0, nil
+		})
+		if err != nil {
+			t.Errorf("host copies left behind: %v", err)
+		}
+	})
+}
+
+// startNode runs the virtual node until the returned function stops it.
+func startNode(t *testing.T, host, tenant *testenv.Env) func() {
+	t.Helper()
+	ca, err := pki.NewCA("tenant-ca", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := ca.Issue(pki.CertSpec{CommonName: "system:node:" + nodeName, IPs: []net.IP{net.ParseIP("127.0.0.1")}, Usage: pki.UsageServer}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := serving.KeyPEM()
+	pair, err := tls.X509KeyPair(serving.CertPEM(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- clustertree.Run(ctx, clustertree.Config{
+			VirtualCluster: vcName, VirtualClusterUID: "6d1c9e38-0000-4000-8000-00000000aaaa", HostNamespace: hostNS,
+			NodeName: nodeName, Host: host.Config, Tenant: tenant.Config,
+			ServingCert: pair, ClientCA: ca.CertPEM(),
+			NodeAddress: "127.0.0.1", ListenAddress: "127.0.0.1:0",
+			APIServerHost: "10.96.7.7", APIServerPort: 6443,
+			Capacity: func(context.Context) (corev1.ResourceList, error) {
+				return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"),
+					corev1.ResourcePods: resource.MustParse("110")}, nil
+			},
+			KubeletVersion: "v1.36.3", Workers: 2, SyncPeriod: time.Second,
+		})
+	}()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("virtual node: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func webPod() *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: tenantNS, Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{
+			NodeName: nodeName,
+			Containers: []corev1.Container{{
+				Name: "web", Image: "kubenest.io/busybox:1.35", Command: []string{"sleep", "3600"},
+				Env: []corev1.EnvVar{
+					{Name: "COLOR", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+						LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}, Key: "color"}}},
+					{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+				},
+				VolumeMounts: []corev1.VolumeMount{{Name: "creds", MountPath: "/creds"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}}},
+		},
+	}
+}
+
+func createTenantPod(t *testing.T, ctx context.Context, tc kubernetes.Interface, p *corev1.Pod) {
+	t.Helper()
+	if _, err := tc.CoreV1().Pods(tenantNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitHostPod(t *testing.T, ctx context.Context, hc kubernetes.Interface, name string) *corev1.Pod {
+	t.Helper()
+	var hp *corev1.Pod
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var err error
+		hp, err = hc.CoreV1().Pods(hostNS).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && hp.DeletionTimestamp == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("host pod %s: %v", name, err)
+	}
+	return hp
+}
+
+// playKubelet marks a host pod Running, as the host's kubelet would.
+func playKubelet(t *testing.T, ctx context.Context, hc kubernetes.Interface, name, ip string) {
+	t.Helper()
+	hp, err := hc.CoreV1().Pods(hostNS).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	hp.Status = corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, HostIP: "172.30.0.11", StartTime: &now,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "web", Ready: true, Image: "kubenest.io/busybox:1.35",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}},
+	}
+	if _, err := hc.CoreV1().Pods(hostNS).UpdateStatus(ctx, hp, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitGone(t *testing.T, ctx context.Context, get func(context.Context) error, what string) {
+	t.Helper()
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(get(ctx)), nil
+	})
+	if err != nil {
+		t.Fatalf("%s still there: %v", what, err)
+	}
+}
+
+func ready(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func mustCreate(t *testing.T, create func() error) {
+	t.Helper()
+	if err := create(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tokenReview(token string) *authenticationv1.TokenReview {
+	return &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}
+}

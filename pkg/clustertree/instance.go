@@ -1,0 +1,307 @@
+package clustertree
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
+	vkklog "github.com/virtual-kubelet/virtual-kubelet/log/klogv2"
+	"github.com/virtual-kubelet/virtual-kubelet/node"
+	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/kubenest-io/kubenest/pkg/naming"
+)
+
+// Config is one tenant's virtual node.
+type Config struct {
+	// VirtualCluster, VirtualClusterUID and HostNamespace say whose node this is: host objects
+	// go into HostNamespace, owned by the VirtualCluster.
+	VirtualCluster    string
+	VirtualClusterUID types.UID
+	HostNamespace     string
+	// NodeName is the virtual node's name in the tenant.
+	NodeName string
+	// Host reaches the host cluster; Tenant reaches the tenant's apiserver as clustertree.
+	Host, Tenant *rest.Config
+	// ServingCert serves the virtual node's kubelet API; ClientCA verifies the client
+	// certificate the tenant's apiserver presents to it.
+	ServingCert tls.Certificate
+	ClientCA    []byte
+	// NodeAddress is the IP the tenant's apiserver reaches the kubelet API at; ListenAddress
+	// where it listens (port 0 picks a free one).
+	NodeAddress   string
+	ListenAddress string
+	// APIServerHost and APIServerPort are where host pods reach the tenant's apiserver.
+	APIServerHost string
+	APIServerPort int32
+	// Capacity is what the host's shared nodes can give, for the virtual node's status.
+	Capacity func(context.Context) (corev1.ResourceList, error)
+	// KubeletVersion is the version the virtual node reports.
+	KubeletVersion string
+	// Workers sync tenant pods in parallel; SyncPeriod paces the upkeep of host copies and
+	// the refresh of the node's capacity.
+	Workers    int
+	SyncPeriod time.Duration
+}
+
+// Run runs the virtual node until ctx ends: it registers the node in the tenant, serves its
+// kubelet API, and runs the tenant's pods bound to it as host pods.
+func Run(ctx context.Context, cfg Config) error {
+	log := klog.FromContext(ctx).WithValues("virtualCluster", klog.KRef(cfg.HostNamespace, cfg.VirtualCluster), "node", cfg.NodeName)
+	ctx = klog.NewContext(ctx, log)
+	ctx = vklog.WithLogger(ctx, vkklog.New(vklog.Fields{"virtualCluster": cfg.HostNamespace + "/" + cfg.VirtualCluster}))
+	if cfg.Workers == 0 {
+		cfg.Workers = runtime.NumCPU()
+	}
+	if cfg.SyncPeriod == 0 {
+		cfg.SyncPeriod = 30 * time.Second
+	}
+	host, err := kubernetes.NewForConfig(cfg.Host)
+	if err != nil {
+		return err
+	}
+	tenant, err := kubernetes.NewForConfig(cfg.Tenant)
+	if err != nil {
+		return err
+	}
+
+	// The host objects of this tenant only: its namespace, its labels.
+	hostInformers := informers.NewSharedInformerFactoryWithOptions(host, cfg.SyncPeriod,
+		informers.WithNamespace(cfg.HostNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.SelectorFromSet(HostSelector(cfg.VirtualCluster)).String()
+		}))
+	hostPods := hostInformers.Core().V1().Pods()
+	hostConfigMaps := hostInformers.Core().V1().ConfigMaps()
+	hostSecrets := hostInformers.Core().V1().Secrets()
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: tenant.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubenest-clustertree", Host: cfg.NodeName})
+
+	capacity, err := cfg.Capacity(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the host's shared capacity: %w", err)
+	}
+	listener, err := net.Listen("tcp", cfg.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("kubelet API listener: %w", err)
+	}
+	defer listener.Close()
+	port := listener.Addr().(*net.TCPAddr).Port
+
+	mux := http.NewServeMux()
+	var prov *provider
+	vnode, err := nodeutil.NewNode(cfg.NodeName, func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
+		prov = &provider{
+			tr: Translator{VirtualCluster: cfg.VirtualCluster, HostNamespace: cfg.HostNamespace, NodeName: cfg.NodeName,
+				APIServerHost: cfg.APIServerHost, APIServerPort: cfg.APIServerPort},
+			owner: metav1.OwnerReference{APIVersion: "kubenest.io/v1alpha1", Kind: "VirtualCluster",
+				Name: cfg.VirtualCluster, UID: cfg.VirtualClusterUID},
+			host: host, hostREST: cfg.Host, hostPods: hostPods.Lister(), tenant: tenant,
+			tenantPods: pc.Pods, tenantConfigMaps: pc.ConfigMaps, tenantSecrets: pc.Secrets, tenantServices: pc.Services,
+			recorder: recorder, log: log, refused: map[string]*corev1.Pod{},
+			unreferencedGrace: max(2*cfg.SyncPeriod, 5*time.Second),
+		}
+		describeNode(pc.Node, cfg, port, capacity)
+		return prov, &nodeProvider{node: pc.Node.DeepCopy(), capacity: cfg.Capacity, period: cfg.SyncPeriod}, nil
+	},
+		nodeutil.WithClient(tenant),
+		nodeutil.AttachProviderRoutes(mux),
+		func(c *nodeutil.NodeConfig) error {
+			c.NumWorkers = cfg.Workers
+			c.InformerResyncPeriod = cfg.SyncPeriod
+			c.EventRecorder = recorder
+			// Environment variables are translated here, keeping Secret references; virtual-kubelet
+			// would write Secret values into the host pod's spec.
+			c.SkipDownwardAPIResolution = true
+			return nil
+		})
+	if err != nil {
+		return fmt.Errorf("creating the virtual node: %w", err)
+	}
+
+	_, err = hostPods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { prov.onHostPod(obj.(*corev1.Pod)) },
+		UpdateFunc: func(_, obj any) { prov.onHostPod(obj.(*corev1.Pod)) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				prov.onHostPodDeleted(pod)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	hostConfigMaps.Informer()
+	hostSecrets.Informer()
+	hostInformers.Start(ctx.Done())
+	defer hostInformers.Shutdown()
+	for typ, ok := range hostInformers.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("host %v cache did not sync", typ)
+		}
+	}
+
+	auth, err := kubeletAuth(tenant, cfg)
+	if err != nil {
+		return err
+	}
+	server := &http.Server{Handler: nodeutil.WithAuth(auth, mux), ReadHeaderTimeout: 30 * time.Second}
+	tlsListener := tls.NewListener(listener, &tls.Config{
+		Certificates: []tls.Certificate{cfg.ServingCert},
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		ClientCAs:    certPool(cfg.ClientCA),
+		MinVersion:   tls.VersionTLS12,
+	})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		if err := server.Serve(tlsListener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "kubelet API server stopped")
+		}
+	})
+	defer server.Close()
+	wg.Go(func() {
+		prov.maintain(ctx, cfg.SyncPeriod,
+			func() ([]metav1.Object, error) { return listObjects(hostConfigMaps.Lister().List(labels.Everything())) },
+			func() ([]metav1.Object, error) { return listObjects(hostSecrets.Lister().List(labels.Everything())) })
+	})
+
+	log.Info("starting the virtual node", "kubeletAPI", net.JoinHostPort(cfg.NodeAddress, strconv.Itoa(port)))
+	err = vnode.Run(ctx)
+	if ctx.Err() != nil {
+		log.Info("virtual node stopped")
+		return nil
+	}
+	return err
+}
+
+// kubeletAuth authenticates the tenant apiserver's client certificate (or a tenant token) and
+// asks the tenant whether the caller may use this node's kubelet API, as a kubelet does.
+func kubeletAuth(tenant kubernetes.Interface, cfg Config) (nodeutil.Auth, error) {
+	ca, err := dynamiccertificates.NewStaticCAContent("tenant-ca", cfg.ClientCA)
+	if err != nil {
+		return nil, fmt.Errorf("tenant CA: %w", err)
+	}
+	return nodeutil.WebhookAuth(tenant, cfg.NodeName, func(c *nodeutil.WebhookAuthConfig) error {
+		c.AuthnConfig.ClientCertificateCAContentProvider = ca
+		return nil
+	})
+}
+
+func certPool(pem []byte) *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return pool
+}
+
+func listObjects[T metav1.Object](items []T, err error) ([]metav1.Object, error) {
+	out := make([]metav1.Object, 0, len(items))
+	for _, i := range items {
+		out = append(out, i)
+	}
+	return out, err
+}
+
+// Labels of the virtual node.
+const (
+	LabelVirtualNode = "kubenest.io/virtual-node"
+)
+
+// describeNode fills in what the virtual node tells the tenant about itself.
+func describeNode(n *corev1.Node, cfg Config, port int, capacity corev1.ResourceList) {
+	n.Labels = map[string]string{
+		corev1.LabelHostname:   cfg.NodeName,
+		corev1.LabelOSStable:   "linux",
+		corev1.LabelArchStable: runtime.GOARCH,
+		"kubernetes.io/role":   "shared",
+		"type":                 "virtual-kubelet",
+		LabelVirtualNode:       "true",
+		naming.LabelManagedBy:  naming.ManagedByValue,
+	}
+	now := metav1.Now()
+	cond := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, msg string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	n.Status = corev1.NodeStatus{
+		Phase: corev1.NodeRunning,
+		Conditions: []corev1.NodeCondition{
+			cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "the shared node runs pods on the host cluster's nodes"),
+			cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", ""),
+			cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", ""),
+			cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", ""),
+			cond(corev1.NodeNetworkUnavailable, corev1.ConditionFalse, "RouteCreated", ""),
+		},
+		Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: cfg.NodeAddress},
+			{Type: corev1.NodeHostName, Address: cfg.NodeName},
+		},
+		Capacity:        capacity,
+		Allocatable:     capacity,
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(port)}},
+		NodeInfo: corev1.NodeSystemInfo{
+			KubeletVersion:          cfg.KubeletVersion,
+			OperatingSystem:         "linux",
+			Architecture:            runtime.GOARCH,
+			ContainerRuntimeVersion: "kubenest://clustertree",
+			OSImage:                 "KubeNest shared node",
+		},
+	}
+}
+
+// nodeProvider keeps the virtual node's capacity that of the host's shared nodes.
+type nodeProvider struct {
+	node     *corev1.Node
+	capacity func(context.Context) (corev1.ResourceList, error)
+	period   time.Duration
+}
+
+func (np *nodeProvider) Ping(context.Context) error { return nil }
+
+func (np *nodeProvider) NotifyNodeStatus(ctx context.Context, cb func(*corev1.Node)) {
+	go func() {
+		t := time.NewTicker(np.period)
+		defer t.Stop()
+		for {
+			if res, err := np.capacity(ctx); err == nil {
+				n := np.node.DeepCopy()
+				n.Status.Capacity, n.Status.Allocatable = res, res
+				cb(n)
+			} else if ctx.Err() == nil {
+				klog.FromContext(ctx).Error(err, "reading the host's shared capacity")
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}

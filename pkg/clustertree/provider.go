@@ -1,0 +1,378 @@
+package clustertree
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
+	"github.com/virtual-kubelet/virtual-kubelet/node/api"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+)
+
+// Reasons of the tenant pod events and statuses clustertree writes.
+const (
+	ReasonForbidden   = "Forbidden"
+	ReasonHostPodGone = "HostPodGone"
+)
+
+// provider runs tenant pods as host pods: virtual-kubelet's PodLifecycleHandler, PodNotifier
+// and kubelet API handlers for one virtual node.
+type provider struct {
+	tr       Translator
+	owner    metav1.OwnerReference
+	host     kubernetes.Interface
+	hostREST *rest.Config
+	hostPods corev1listers.PodLister
+	tenant   kubernetes.Interface
+	// Tenant listers, from virtual-kubelet's informers.
+	tenantPods       corev1listers.PodLister
+	tenantConfigMaps corev1listers.ConfigMapLister
+	tenantSecrets    corev1listers.SecretLister
+	tenantServices   corev1listers.ServiceLister
+	recorder         record.EventRecorder
+	log              klog.Logger
+	// unreferencedGrace keeps a host copy that no host pod refers to yet (its pod is being
+	// created) from being collected.
+	unreferencedGrace time.Duration
+
+	mu     sync.Mutex
+	notify func(*corev1.Pod)
+	// refused holds tenant pods refused on the shared node, by namespace/name, with the failed
+	// status they were given, so they are not tried again.
+	refused map[string]*corev1.Pod
+}
+
+// NotifyPods registers virtual-kubelet's callback for status changes.
+func (p *provider) NotifyPods(_ context.Context, cb func(*corev1.Pod)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.notify = cb
+}
+
+func (p *provider) send(pod *corev1.Pod) {
+	p.mu.Lock()
+	cb := p.notify
+	p.mu.Unlock()
+	if cb != nil {
+		cb(pod)
+	}
+}
+
+// CreatePod runs a tenant pod: it copies the ConfigMaps and Secrets it refers to, requests its
+// service-account tokens from the tenant, and creates the host pod.
+func (p *provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	hostName := HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name)
+	if existing, err := p.hostPods.Pods(p.tr.HostNamespace).Get(hostName); err == nil {
+		if existing.Annotations[AnnotationTenantUID] == string(pod.UID) {
+			p.send(p.tenantView(pod, existing))
+			return nil
+		}
+		// A host pod of an earlier tenant pod of the same name (a StatefulSet's, say) is
+		// still going; the new one is created once it is gone.
+		if existing.DeletionTimestamp == nil {
+			if err := p.host.CoreV1().Pods(p.tr.HostNamespace).Delete(ctx, hostName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting the host pod of an earlier %s/%s: %w", pod.Namespace, pod.Name, err)
+			}
+		}
+		return fmt.Errorf("host pod %s of an earlier %s/%s is still terminating", hostName, pod.Namespace, pod.Name)
+	}
+	if pod.Status.StartTime != nil {
+		// The pod ran before and its host pod is gone (deleted while no one watched): like a
+		// pod whose node vanished, it is deleted, and its controller replaces it.
+		p.log.Info("tenant pod lost its host pod; deleting it", "pod", klog.KObj(pod))
+		p.send(deletedOnHost(pod))
+		return nil
+	}
+
+	services, err := p.tenantServices.Services(pod.Namespace).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	hostPod, refs, err := p.tr.Pod(pod, services)
+	var forbidden *ForbiddenError
+	if errors.As(err, &forbidden) {
+		p.refuse(pod, forbidden.Error())
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	hostPod.OwnerReferences = []metav1.OwnerReference{p.owner}
+	if err := p.syncRefs(ctx, pod, hostName, refs); err != nil {
+		return err
+	}
+	created, err := p.host.CoreV1().Pods(p.tr.HostNamespace).Create(ctx, hostPod, metav1.CreateOptions{FieldManager: fieldManager})
+	if apierrors.IsInvalid(err) || (apierrors.IsForbidden(err) && strings.Contains(err.Error(), "violates PodSecurity")) {
+		// The host refused it for good (Pod Security admission, say): the tenant hears why.
+		// Other refusals (a quota, a missing service account) may pass later and are retried.
+		p.refuse(pod, "the host cluster refused the pod: "+err.Error())
+		return nil
+	}
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating host pod %s: %w", hostName, err)
+	}
+	if created != nil {
+		p.send(p.tenantView(pod, created))
+	}
+	return nil
+}
+
+// refuse fails a tenant pod that may not run on the shared node, with an event saying why.
+func (p *provider) refuse(pod *corev1.Pod, why string) {
+	msg := "refused by the shared node: " + why
+	p.recorder.Event(pod, corev1.EventTypeWarning, ReasonForbidden, msg)
+	failed := pod.DeepCopy()
+	failed.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonForbidden, Message: msg}
+	p.mu.Lock()
+	p.refused[pod.Namespace+"/"+pod.Name] = failed
+	p.mu.Unlock()
+	p.log.Info("refused a tenant pod", "pod", klog.KObj(pod), "why", why)
+	p.send(failed)
+}
+
+// UpdatePod carries the tenant pod's changes (images, deadline, labels, annotations) to the
+// host pod.
+func (p *provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
+	services, err := p.tenantServices.Services(pod.Namespace).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	want, _, err := p.tr.Pod(pod, services)
+	if err != nil {
+		return nil // refused pods have no host pod to update
+	}
+	current, err := p.hostPods.Pods(p.tr.HostNamespace).Get(want.Name)
+	if err != nil {
+		return err
+	}
+	next := current.DeepCopy()
+	next.Labels, next.Annotations = want.Labels, want.Annotations
+	next.Spec.ActiveDeadlineSeconds = want.Spec.ActiveDeadlineSeconds
+	for i := range next.Spec.Containers {
+		if i < len(want.Spec.Containers) {
+			next.Spec.Containers[i].Image = want.Spec.Containers[i].Image
+		}
+	}
+	for i := range next.Spec.InitContainers {
+		if i < len(want.Spec.InitContainers) {
+			next.Spec.InitContainers[i].Image = want.Spec.InitContainers[i].Image
+		}
+	}
+	_, err = p.host.CoreV1().Pods(p.tr.HostNamespace).Update(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager})
+	return err
+}
+
+// DeletePod deletes the host pod, with the tenant pod's grace period. Its end is reported
+// through NotifyPods when the host pod is gone.
+func (p *provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	p.mu.Lock()
+	delete(p.refused, pod.Namespace+"/"+pod.Name)
+	p.mu.Unlock()
+	hostName := HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name)
+	opts := metav1.DeleteOptions{GracePeriodSeconds: pod.DeletionGracePeriodSeconds}
+	if uid := pod.UID; uid != "" {
+		if existing, err := p.hostPods.Pods(p.tr.HostNamespace).Get(hostName); err == nil && existing.Annotations[AnnotationTenantUID] != string(uid) {
+			return errdefs.NotFoundf("host pod %s belongs to another tenant pod", hostName)
+		}
+	}
+	err := p.host.CoreV1().Pods(p.tr.HostNamespace).Delete(ctx, hostName, opts)
+	if apierrors.IsNotFound(err) {
+		p.send(terminated(pod, "deleted"))
+		return errdefs.NotFoundf("host pod %s", hostName)
+	}
+	return err
+}
+
+// GetPod returns the tenant pod as the host runs it: the tenant's spec with the host pod's
+// images, labels, annotations and status, so virtual-kubelet sees what still has to change.
+func (p *provider) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
+	p.mu.Lock()
+	refused := p.refused[namespace+"/"+name]
+	p.mu.Unlock()
+	if refused != nil {
+		return refused.DeepCopy(), nil
+	}
+	host, err := p.hostPods.Pods(p.tr.HostNamespace).Get(HostName(p.tr.VirtualCluster, namespace, name))
+	if apierrors.IsNotFound(err) {
+		return nil, errdefs.NotFoundf("pod %s/%s", namespace, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	tenant, err := p.tenantPods.Pods(namespace).Get(name)
+	if err != nil || string(tenant.UID) != host.Annotations[AnnotationTenantUID] {
+		return minimalTenantPod(host), nil
+	}
+	return p.tenantView(tenant, host), nil
+}
+
+// GetPodStatus returns the tenant view of a host pod's status.
+func (p *provider) GetPodStatus(ctx context.Context, namespace, name string) (*corev1.PodStatus, error) {
+	pod, err := p.GetPod(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return &pod.Status, nil
+}
+
+// GetPods lists every tenant pod that has a host pod.
+func (p *provider) GetPods(context.Context) ([]*corev1.Pod, error) {
+	hosts, err := p.hostPods.Pods(p.tr.HostNamespace).List(labels.SelectorFromSet(HostSelector(p.tr.VirtualCluster)))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*corev1.Pod, 0, len(hosts))
+	for _, h := range hosts {
+		out = append(out, minimalTenantPod(h))
+	}
+	return out, nil
+}
+
+// tenantView is the tenant pod with what the host pod really runs.
+func (p *provider) tenantView(tenant, host *corev1.Pod) *corev1.Pod {
+	out := tenant.DeepCopy()
+	out.Status = TenantStatus(host)
+	for i := range out.Spec.Containers {
+		if i < len(host.Spec.Containers) {
+			out.Spec.Containers[i].Image = host.Spec.Containers[i].Image
+		}
+	}
+	for i := range out.Spec.InitContainers {
+		if i < len(host.Spec.InitContainers) {
+			out.Spec.InitContainers[i].Image = host.Spec.InitContainers[i].Image
+		}
+	}
+	out.Spec.ActiveDeadlineSeconds = host.Spec.ActiveDeadlineSeconds
+	out.Labels = tenantOnly(host.Labels, tenant.Labels)
+	out.Annotations = tenantOnly(host.Annotations, tenant.Annotations)
+	return out
+}
+
+// tenantOnly is a host pod's labels or annotations as the tenant sees them: without the keys
+// clustertree added, with the tenant's own kubenest.io/ keys, which the host copy never carries.
+func tenantOnly(host, tenant map[string]string) map[string]string {
+	out := without(host)
+	for k, v := range tenant {
+		if isKubeNestKey(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// minimalTenantPod names the tenant pod a host pod runs, from its annotations.
+func minimalTenantPod(host *corev1.Pod) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      host.Annotations[AnnotationTenantName],
+			Namespace: host.Annotations[AnnotationTenantNamespace],
+			UID:       types.UID(host.Annotations[AnnotationTenantUID]),
+		},
+		Status: TenantStatus(host),
+	}
+}
+
+// deletedOnHost is the tenant pod, unchanged but marked deleted: virtual-kubelet deletes it in
+// the tenant (it does so only for a status it already has), and its controller, if any,
+// replaces it, as for a pod whose node went away.
+func deletedOnHost(pod *corev1.Pod) *corev1.Pod {
+	out := pod.DeepCopy()
+	now := metav1.NewTime(time.Now().Add(-time.Second))
+	out.DeletionTimestamp = &now
+	out.DeletionGracePeriodSeconds = new(int64)
+	return out
+}
+
+// terminated is the tenant pod with every container ended, the status virtual-kubelet waits
+// for before it removes a pod the tenant deleted.
+func terminated(pod *corev1.Pod, why string) *corev1.Pod {
+	out := pod.DeepCopy()
+	now := metav1.Now()
+	for i := range out.Status.ContainerStatuses {
+		cs := &out.Status.ContainerStatuses[i]
+		if cs.State.Terminated == nil {
+			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 137, Reason: ReasonHostPodGone, Message: why, FinishedAt: now,
+			}}
+		}
+		cs.Ready = false
+	}
+	return out
+}
+
+// onHostPod reports a host pod's change to the tenant.
+func (p *provider) onHostPod(host *corev1.Pod) {
+	ns, name := host.Annotations[AnnotationTenantNamespace], host.Annotations[AnnotationTenantName]
+	tenant, err := p.tenantPods.Pods(ns).Get(name)
+	if err != nil || string(tenant.UID) != host.Annotations[AnnotationTenantUID] {
+		return
+	}
+	p.send(p.tenantView(tenant, host))
+}
+
+// onHostPodDeleted reports a host pod's end to the tenant.
+func (p *provider) onHostPodDeleted(host *corev1.Pod) {
+	ns, name := host.Annotations[AnnotationTenantNamespace], host.Annotations[AnnotationTenantName]
+	tenant, err := p.tenantPods.Pods(ns).Get(name)
+	if err != nil || string(tenant.UID) != host.Annotations[AnnotationTenantUID] {
+		return
+	}
+	if tenant.DeletionTimestamp != nil {
+		p.send(terminated(p.tenantView(tenant, host), "deleted"))
+		return
+	}
+	p.log.Info("host pod deleted; deleting its tenant pod", "pod", klog.KObj(tenant))
+	p.send(deletedOnHost(tenant))
+}
+
+// GetContainerLogs streams a container's logs from the host pod.
+func (p *provider) GetContainerLogs(ctx context.Context, namespace, podName, containerName string, opts api.ContainerLogOpts) (io.ReadCloser, error) {
+	lo := &corev1.PodLogOptions{
+		Container:  containerName,
+		Follow:     opts.Follow,
+		Previous:   opts.Previous,
+		Timestamps: opts.Timestamps,
+	}
+	if opts.Tail > 0 {
+		lo.TailLines = ptrInt64(int64(opts.Tail))
+	}
+	if opts.LimitBytes > 0 {
+		lo.LimitBytes = ptrInt64(int64(opts.LimitBytes))
+	}
+	if opts.SinceSeconds > 0 {
+		lo.SinceSeconds = ptrInt64(int64(opts.SinceSeconds))
+	}
+	if !opts.SinceTime.IsZero() {
+		t := metav1.NewTime(opts.SinceTime)
+		lo.SinceTime = &t
+	}
+	return p.host.CoreV1().Pods(p.tr.HostNamespace).GetLogs(HostName(p.tr.VirtualCluster, namespace, podName), lo).Stream(ctx)
+}
+
+// GetStatsSummary is not served: the host's kubelets hold the numbers.
+func (p *provider) GetStatsSummary(context.Context) (*statsv1alpha1.Summary, error) {
+	return nil, errdefs.InvalidInput("stats are not served by the shared node")
+}
+
+// GetMetricsResource is not served either.
+func (p *provider) GetMetricsResource(context.Context) ([]*dto.MetricFamily, error) {
+	return nil, errdefs.InvalidInput("metrics are not served by the shared node")
+}
+
+func ptrInt64(v int64) *int64 { return &v }

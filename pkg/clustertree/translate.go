@@ -1,0 +1,417 @@
+// Package clustertree gives a tenant a virtual node backed by the host's shared nodes: pods the
+// tenant's scheduler binds to that node run as pods in the VirtualCluster's host namespace, and
+// their status, logs, exec and port-forward flow back. It is built on virtual-kubelet's node
+// library; this file is the pure part: how a tenant pod becomes a host pod and back.
+package clustertree
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/kubernetes/pkg/kubelet/envvars"
+
+	"github.com/kubenest-io/kubenest/pkg/naming"
+)
+
+// Labels and annotations of host objects made for tenant objects.
+const (
+	// LabelOrigin marks host objects clustertree made; its value is OriginClusterTree.
+	LabelOrigin       = "kubenest.io/origin"
+	OriginClusterTree = "clustertree"
+
+	AnnotationTenantName           = "kubenest.io/tenant-name"
+	AnnotationTenantNamespace      = "kubenest.io/tenant-namespace"
+	AnnotationTenantUID            = "kubenest.io/tenant-uid"
+	AnnotationTenantNode           = "kubenest.io/tenant-node"
+	AnnotationTenantServiceAccount = "kubenest.io/tenant-service-account"
+)
+
+// HostName is the host-side name of a tenant object: <name>-x-<namespace>-x-<virtualcluster>,
+// cut and hashed to a DNS label when longer, so distinct tenant objects never share a name.
+func HostName(vc, namespace, name string) string {
+	return naming.Shorten(name+"-x-"+namespace+"-x-"+vc, naming.MaxLength)
+}
+
+// TokenSecretName is the host Secret holding the tenant service-account tokens of a host pod.
+func TokenSecretName(hostPod string) string { return naming.Shorten(hostPod+"-token", 253) }
+
+// TokenKey is the key of the token of a pod's index-th projected service-account token source.
+func TokenKey(index int) string { return "token-" + strconv.Itoa(index) }
+
+// Translator turns tenant objects into host objects for one VirtualCluster. It holds no client.
+type Translator struct {
+	// VirtualCluster is the VirtualCluster's name; HostNamespace its namespace in the host.
+	VirtualCluster string
+	HostNamespace  string
+	// NodeName is the virtual node's name in the tenant.
+	NodeName string
+	// APIServerHost and APIServerPort are where host pods reach the tenant's apiserver: what
+	// KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT say.
+	APIServerHost string
+	APIServerPort int32
+}
+
+// Ref names a tenant ConfigMap or Secret a pod refers to; Optional when every reference to it
+// is optional, so a missing one does not hold the pod.
+type Ref struct {
+	Name     string
+	Optional bool
+}
+
+// Refs are the tenant objects a pod needs in the host.
+type Refs struct {
+	ConfigMaps []Ref
+	Secrets    []Ref
+	// TokenSources are the pod's projected service-account token sources, in volume order;
+	// source i is stored under TokenKey(i) of the pod's token Secret.
+	TokenSources []corev1.ServiceAccountTokenProjection
+}
+
+// ForbiddenError says why a tenant pod may not run on the shared node.
+type ForbiddenError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ForbiddenError) Error() string {
+	return fmt.Sprintf("%s: %s", e.Field, e.Reason)
+}
+
+// baselineCapabilities are the capabilities Pod Security's baseline level allows adding.
+var baselineCapabilities = []corev1.Capability{"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID",
+	"KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+
+// fieldPaths maps downward-API fields whose host value differs from the tenant's to the host
+// pod annotation that holds the tenant's value.
+var fieldPaths = map[string]string{
+	"metadata.name":           AnnotationTenantName,
+	"metadata.namespace":      AnnotationTenantNamespace,
+	"metadata.uid":            AnnotationTenantUID,
+	"spec.nodeName":           AnnotationTenantNode,
+	"spec.serviceAccountName": AnnotationTenantServiceAccount,
+}
+
+// Pod translates a tenant pod bound to the virtual node into the host pod that runs it.
+// services are the tenant Services of the pod's namespace, for the service-link environment.
+// It returns a *ForbiddenError when the pod asks for host privileges or for something the
+// shared node cannot give.
+func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1.Pod, Refs, error) {
+	if err := checkAllowed(tenant); err != nil {
+		return nil, Refs{}, err
+	}
+	hostName := HostName(t.VirtualCluster, tenant.Namespace, tenant.Name)
+	refs := &refSet{}
+	name := func(n string) string { return HostName(t.VirtualCluster, tenant.Namespace, n) }
+
+	spec := tenant.Spec.DeepCopy()
+	volumes, err := t.volumes(spec.Volumes, hostName, name, refs)
+	if err != nil {
+		return nil, Refs{}, err
+	}
+	env := t.baseEnv(tenant, services)
+	containers := make([]corev1.Container, 0, len(spec.Containers))
+	for _, c := range spec.Containers {
+		containers = append(containers, t.container(c, env, name, refs))
+	}
+	inits := make([]corev1.Container, 0, len(spec.InitContainers))
+	for _, c := range spec.InitContainers {
+		inits = append(inits, t.container(c, env, name, refs))
+	}
+	var pullSecrets []corev1.LocalObjectReference
+	for _, s := range spec.ImagePullSecrets {
+		refs.secret(s.Name, true)
+		pullSecrets = append(pullSecrets, corev1.LocalObjectReference{Name: name(s.Name)})
+	}
+
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = naming.Shorten(tenant.Name, naming.MaxLength)
+	}
+	host := &corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        hostName,
+			Namespace:   t.HostNamespace,
+			Labels:      t.labels(tenant.Labels),
+			Annotations: without(tenant.Annotations),
+		},
+		Spec: corev1.PodSpec{
+			Volumes:                       volumes,
+			InitContainers:                inits,
+			Containers:                    containers,
+			RestartPolicy:                 spec.RestartPolicy,
+			TerminationGracePeriodSeconds: spec.TerminationGracePeriodSeconds,
+			ActiveDeadlineSeconds:         spec.ActiveDeadlineSeconds,
+			// The tenant's DNS is not the host's: names resolve as on the node.
+			DNSPolicy: corev1.DNSDefault,
+			// The host never gives a tenant pod a host credential.
+			AutomountServiceAccountToken: ptrFalse(),
+			EnableServiceLinks:           ptrFalse(),
+			SecurityContext:              spec.SecurityContext,
+			ImagePullSecrets:             pullSecrets,
+			Hostname:                     hostname,
+			ShareProcessNamespace:        spec.ShareProcessNamespace,
+			OS:                           spec.OS,
+			HostUsers:                    spec.HostUsers,
+		},
+	}
+	host.Annotations[AnnotationTenantName] = tenant.Name
+	host.Annotations[AnnotationTenantNamespace] = tenant.Namespace
+	host.Annotations[AnnotationTenantUID] = string(tenant.UID)
+	host.Annotations[AnnotationTenantNode] = tenant.Spec.NodeName
+	host.Annotations[AnnotationTenantServiceAccount] = tenant.Spec.ServiceAccountName
+	return host, refs.done(), nil
+}
+
+// Object translates a tenant ConfigMap's or Secret's metadata into the host copy's.
+func (t Translator) Object(tenant metav1.ObjectMeta) metav1.ObjectMeta {
+	ann := map[string]string{AnnotationTenantName: tenant.Name, AnnotationTenantNamespace: tenant.Namespace}
+	return metav1.ObjectMeta{
+		Name:        HostName(t.VirtualCluster, tenant.Namespace, tenant.Name),
+		Namespace:   t.HostNamespace,
+		Labels:      t.labels(nil),
+		Annotations: ann,
+	}
+}
+
+// TenantStatus is the tenant pod's status for a host pod's: what ran, where, with which IP.
+func TenantStatus(host *corev1.Pod) corev1.PodStatus {
+	s := *host.Status.DeepCopy()
+	s.NominatedNodeName = ""
+	return s
+}
+
+// HostSelector selects the host objects clustertree made for a VirtualCluster.
+func HostSelector(vc string) map[string]string {
+	return map[string]string{naming.LabelVirtualCluster: vc, LabelOrigin: OriginClusterTree}
+}
+
+func (t Translator) labels(tenant map[string]string) map[string]string {
+	l := without(tenant)
+	maps.Copy(l, HostSelector(t.VirtualCluster))
+	return l
+}
+
+// without copies m without keys in kubenest.io/, which only KubeNest sets on host objects: a
+// tenant cannot make its pod look like one of the control plane's.
+func without(m map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		if !isKubeNestKey(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func isKubeNestKey(k string) bool {
+	return strings.HasPrefix(k, "kubenest.io/") || strings.Contains(k, ".kubenest.io/")
+}
+
+// baseEnv is what every container gets before its own variables (which override it): the
+// tenant apiserver's address and the tenant's service links.
+func (t Translator) baseEnv(tenant *corev1.Pod, services []*corev1.Service) []corev1.EnvVar {
+	port := strconv.Itoa(int(t.APIServerPort))
+	env := []corev1.EnvVar{
+		{Name: "KUBERNETES_SERVICE_HOST", Value: t.APIServerHost},
+		{Name: "KUBERNETES_SERVICE_PORT", Value: port},
+		{Name: "KUBERNETES_SERVICE_PORT_HTTPS", Value: port},
+		{Name: "KUBERNETES_PORT", Value: "tcp://" + t.APIServerHost + ":" + port},
+		{Name: "KUBERNETES_PORT_443_TCP", Value: "tcp://" + t.APIServerHost + ":" + port},
+		{Name: "KUBERNETES_PORT_443_TCP_PROTO", Value: "tcp"},
+		{Name: "KUBERNETES_PORT_443_TCP_PORT", Value: port},
+		{Name: "KUBERNETES_PORT_443_TCP_ADDR", Value: t.APIServerHost},
+	}
+	if tenant.Spec.EnableServiceLinks == nil || *tenant.Spec.EnableServiceLinks {
+		var links []*corev1.Service
+		for _, s := range services {
+			if s.Namespace == tenant.Namespace && s.Name != "kubernetes" && corev1helperIsServiceIPSet(s) {
+				links = append(links, s)
+			}
+		}
+		slices.SortFunc(links, func(a, b *corev1.Service) int { return strings.Compare(a.Name, b.Name) })
+		env = append(env, envvars.FromServices(links)...)
+	}
+	return env
+}
+
+func corev1helperIsServiceIPSet(s *corev1.Service) bool {
+	return s.Spec.ClusterIP != corev1.ClusterIPNone && s.Spec.ClusterIP != ""
+}
+
+func (t Translator) container(c corev1.Container, base []corev1.EnvVar, name func(string) string, refs *refSet) corev1.Container {
+	env := append(slices.Clone(base), c.Env...)
+	for i := range env {
+		if vf := env[i].ValueFrom; vf != nil {
+			switch {
+			case vf.ConfigMapKeyRef != nil:
+				refs.configMap(vf.ConfigMapKeyRef.Name, isTrue(vf.ConfigMapKeyRef.Optional))
+				vf.ConfigMapKeyRef.Name = name(vf.ConfigMapKeyRef.Name)
+			case vf.SecretKeyRef != nil:
+				refs.secret(vf.SecretKeyRef.Name, isTrue(vf.SecretKeyRef.Optional))
+				vf.SecretKeyRef.Name = name(vf.SecretKeyRef.Name)
+			case vf.FieldRef != nil:
+				vf.FieldRef.FieldPath = hostFieldPath(vf.FieldRef.FieldPath)
+			}
+		}
+	}
+	c.Env = env
+	for i := range c.EnvFrom {
+		if r := c.EnvFrom[i].ConfigMapRef; r != nil {
+			refs.configMap(r.Name, isTrue(r.Optional))
+			r.Name = name(r.Name)
+		}
+		if r := c.EnvFrom[i].SecretRef; r != nil {
+			refs.secret(r.Name, isTrue(r.Optional))
+			r.Name = name(r.Name)
+		}
+	}
+	return c
+}
+
+func hostFieldPath(p string) string {
+	if ann, ok := fieldPaths[p]; ok {
+		return "metadata.annotations['" + ann + "']"
+	}
+	return p
+}
+
+func (t Translator) volumes(in []corev1.Volume, hostPod string, name func(string) string, refs *refSet) ([]corev1.Volume, error) {
+	out := make([]corev1.Volume, 0, len(in))
+	for i, v := range in {
+		field := fmt.Sprintf("spec.volumes[%d]", i)
+		switch {
+		case v.EmptyDir != nil:
+		case v.ConfigMap != nil:
+			refs.configMap(v.ConfigMap.Name, isTrue(v.ConfigMap.Optional))
+			v.ConfigMap.Name = name(v.ConfigMap.Name)
+		case v.Secret != nil:
+			refs.secret(v.Secret.SecretName, isTrue(v.Secret.Optional))
+			v.Secret.SecretName = name(v.Secret.SecretName)
+		case v.DownwardAPI != nil:
+			for j := range v.DownwardAPI.Items {
+				if f := v.DownwardAPI.Items[j].FieldRef; f != nil {
+					f.FieldPath = hostFieldPath(f.FieldPath)
+				}
+			}
+		case v.Projected != nil:
+			for j := range v.Projected.Sources {
+				s := &v.Projected.Sources[j]
+				switch {
+				case s.ConfigMap != nil:
+					refs.configMap(s.ConfigMap.Name, isTrue(s.ConfigMap.Optional))
+					s.ConfigMap.Name = name(s.ConfigMap.Name)
+				case s.Secret != nil:
+					refs.secret(s.Secret.Name, isTrue(s.Secret.Optional))
+					s.Secret.Name = name(s.Secret.Name)
+				case s.DownwardAPI != nil:
+					for k := range s.DownwardAPI.Items {
+						if f := s.DownwardAPI.Items[k].FieldRef; f != nil {
+							f.FieldPath = hostFieldPath(f.FieldPath)
+						}
+					}
+				case s.ServiceAccountToken != nil:
+					// The token is the tenant's, requested from the tenant for this pod and
+					// kept fresh in the pod's token Secret; never a host token.
+					key := TokenKey(len(refs.tokens))
+					refs.tokens = append(refs.tokens, *s.ServiceAccountToken)
+					*s = corev1.VolumeProjection{Secret: &corev1.SecretProjection{
+						LocalObjectReference: corev1.LocalObjectReference{Name: TokenSecretName(hostPod)},
+						Items:                []corev1.KeyToPath{{Key: key, Path: s.ServiceAccountToken.Path}},
+					}}
+				default:
+					return nil, &ForbiddenError{Field: fmt.Sprintf("%s.projected.sources[%d]", field, j),
+						Reason: "this projected volume source is not supported on the shared node"}
+				}
+			}
+		case v.HostPath != nil:
+			return nil, &ForbiddenError{Field: field + ".hostPath", Reason: "hostPath volumes would reach into the host's nodes and are not allowed on the shared node"}
+		case v.PersistentVolumeClaim != nil:
+			return nil, &ForbiddenError{Field: field + ".persistentVolumeClaim", Reason: "persistent volume claims are not supported on the shared node; use a promoted node"}
+		default:
+			return nil, &ForbiddenError{Field: field, Reason: "this volume type is not supported on the shared node (emptyDir, configMap, secret, downwardAPI and projected are)"}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// checkAllowed refuses what would give a tenant pod the host's privileges.
+func checkAllowed(p *corev1.Pod) error {
+	s := p.Spec
+	switch {
+	case s.HostNetwork:
+		return &ForbiddenError{Field: "spec.hostNetwork", Reason: "pods on the shared node cannot use the host's network"}
+	case s.HostPID:
+		return &ForbiddenError{Field: "spec.hostPID", Reason: "pods on the shared node cannot see the host's processes"}
+	case s.HostIPC:
+		return &ForbiddenError{Field: "spec.hostIPC", Reason: "pods on the shared node cannot use the host's IPC namespace"}
+	case len(s.EphemeralContainers) > 0:
+		return &ForbiddenError{Field: "spec.ephemeralContainers", Reason: "ephemeral containers are not supported on the shared node"}
+	}
+	for _, group := range []struct {
+		kind       string
+		containers []corev1.Container
+	}{{"initContainers", s.InitContainers}, {"containers", s.Containers}} {
+		for i, c := range group.containers {
+			field := fmt.Sprintf("spec.%s[%d]", group.kind, i)
+			for j, port := range c.Ports {
+				if port.HostPort != 0 {
+					return &ForbiddenError{Field: fmt.Sprintf("%s.ports[%d].hostPort", field, j), Reason: "pods on the shared node cannot bind host ports"}
+				}
+			}
+			sc := c.SecurityContext
+			if sc == nil {
+				continue
+			}
+			if sc.Privileged != nil && *sc.Privileged {
+				return &ForbiddenError{Field: field + ".securityContext.privileged", Reason: "privileged containers are not allowed on the shared node"}
+			}
+			if sc.Capabilities != nil {
+				for _, c := range sc.Capabilities.Add {
+					if !slices.Contains(baselineCapabilities, c) {
+						return &ForbiddenError{Field: field + ".securityContext.capabilities.add",
+							Reason: fmt.Sprintf("capability %s is not allowed on the shared node", c)}
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// refSet collects, without duplicates, what a pod refers to.
+type refSet struct {
+	configMaps, secrets []Ref
+	tokens              []corev1.ServiceAccountTokenProjection
+}
+
+func (r *refSet) configMap(n string, optional bool) { r.configMaps = addRef(r.configMaps, n, optional) }
+func (r *refSet) secret(n string, optional bool)    { r.secrets = addRef(r.secrets, n, optional) }
+
+// addRef adds a reference; a name referred to both ways is required.
+func addRef(refs []Ref, name string, optional bool) []Ref {
+	for i := range refs {
+		if refs[i].Name == name {
+			refs[i].Optional = refs[i].Optional && optional
+			return refs
+		}
+	}
+	return append(refs, Ref{Name: name, Optional: optional})
+}
+
+func (r *refSet) done() Refs {
+	byName := func(a, b Ref) int { return strings.Compare(a.Name, b.Name) }
+	slices.SortFunc(r.configMaps, byName)
+	slices.SortFunc(r.secrets, byName)
+	return Refs{ConfigMaps: r.configMaps, Secrets: r.secrets, TokenSources: r.tokens}
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
+
+func ptrFalse() *bool { b := false; return &b }

@@ -43,11 +43,11 @@ func run() error {
 	settings := controlplane.DefaultSettings()
 	settings.Image = "kubenest.io/kubenest:" + version.Version
 	var (
-		metricsAddr, probeAddr, pullPolicy string
-		leaderElect, showVersion           bool
-		leaderElectionNamespace            string
-		workers                            int
-		nodePortAddress                    string
+		metricsAddr, probeAddr, pullPolicy  string
+		leaderElect, showVersion            bool
+		leaderElectionNamespace             string
+		workers                             int
+		nodePortAddress                     string
 		virtualNodeAddress, virtualNodeName string
 	)
 	fs := flag.CommandLine

@@ -124,7 +124,7 @@ func Run(ctx context.Context, cfg Config) error {
 			host: host, hostREST: cfg.Host, hostPods: hostPods.Lister(), tenant: tenant,
 			tenantPods: pc.Pods, tenantConfigMaps: pc.ConfigMaps, tenantSecrets: pc.Secrets, tenantServices: pc.Services,
 			recorder: recorder, log: log, refused: map[string]*corev1.Pod{},
-			unreferencedGrace: max(2*cfg.SyncPeriod, 5*time.Second),
+			unreferencedGrace: max(cfg.SyncPeriod, 5*time.Second),
 		}
 		describeNode(pc.Node, cfg, port, capacity)
 		return prov, &nodeProvider{node: pc.Node.DeepCopy(), capacity: cfg.Capacity, period: cfg.SyncPeriod}, nil

@@ -72,6 +72,9 @@ func (p *provider) upsertConfigMap(ctx context.Context, tenant *corev1.ConfigMap
 	if err != nil {
 		return err
 	}
+	if err := sameOrigin(&current.ObjectMeta, &want.ObjectMeta); err != nil {
+		return err
+	}
 	if maps.Equal(current.Data, want.Data) && mapsEqualBytes(current.BinaryData, want.BinaryData) {
 		return nil
 	}
@@ -99,12 +102,27 @@ func (p *provider) upsertSecret(ctx context.Context, meta metav1.ObjectMeta, typ
 	if err != nil {
 		return err
 	}
+	if err := sameOrigin(&current.ObjectMeta, &want.ObjectMeta); err != nil {
+		return err
+	}
 	if mapsEqualBytes(current.Data, want.Data) && maps.Equal(current.Annotations, want.Annotations) {
 		return nil
 	}
 	current.Data, current.Annotations = want.Data, want.Annotations
 	_, err = client.Update(ctx, current, metav1.UpdateOptions{FieldManager: fieldManager})
 	return err
+}
+
+// sameOrigin refuses to overwrite a host object that is not clustertree's copy of the same
+// tenant object.
+func sameOrigin(current, want *metav1.ObjectMeta) error {
+	if current.Labels[LabelOrigin] != OriginClusterTree ||
+		current.Annotations[AnnotationTenantName] != want.Annotations[AnnotationTenantName] ||
+		current.Annotations[AnnotationTenantNamespace] != want.Annotations[AnnotationTenantNamespace] {
+		return fmt.Errorf("host object %s/%s exists and is not the copy of tenant object %s/%s; not overwriting it",
+			current.Namespace, current.Name, want.Annotations[AnnotationTenantNamespace], want.Annotations[AnnotationTenantName])
+	}
+	return nil
 }
 
 // refreshTokens requests from the tenant a token per projected service-account token source,

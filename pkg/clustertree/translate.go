@@ -5,8 +5,11 @@
 package clustertree
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,8 +36,27 @@ const (
 
 // HostName is the host-side name of a tenant object: <name>-x-<namespace>-x-<virtualcluster>,
 // cut and hashed to a DNS label when longer, so distinct tenant objects never share a name.
+// A part that itself contains "-x-" (or starts with "x-" or ends with "-x") would make two
+// objects read alike (name a-x-b in c and name a in b-x-c): such a name gets a hash of its
+// parts appended.
 func HostName(vc, namespace, name string) string {
-	return naming.Shorten(name+"-x-"+namespace+"-x-"+vc, naming.MaxLength)
+	joined := name + "-x-" + namespace + "-x-" + vc
+	if separators(joined) != 2 {
+		sum := sha256.Sum256([]byte(name + "/" + namespace + "/" + vc))
+		joined += "-" + hex.EncodeToString(sum[:])[:10]
+	}
+	return naming.Shorten(joined, naming.MaxLength)
+}
+
+// separators counts the occurrences of "-x-" in s, overlapping ones included.
+func separators(s string) int {
+	n := 0
+	for i := 0; i+3 <= len(s); i++ {
+		if s[i:i+3] == "-x-" {
+			n++
+		}
+	}
+	return n
 }
 
 // TokenSecretName is the host Secret holding the tenant service-account tokens of a host pod.
@@ -130,7 +152,8 @@ func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1
 
 	hostname := spec.Hostname
 	if hostname == "" {
-		hostname = naming.Shorten(tenant.Name, naming.MaxLength)
+		// A pod name may have dots; a pod's hostname is a DNS label.
+		hostname = naming.Shorten(strings.ReplaceAll(tenant.Name, ".", "-"), naming.MaxLength)
 	}
 	host := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
@@ -217,12 +240,13 @@ func isKubeNestKey(k string) bool {
 // tenant apiserver's address and the tenant's service links.
 func (t Translator) baseEnv(tenant *corev1.Pod, services []*corev1.Service) []corev1.EnvVar {
 	port := strconv.Itoa(int(t.APIServerPort))
+	hostPort := net.JoinHostPort(t.APIServerHost, port) // [ipv6]:port
 	env := []corev1.EnvVar{
 		{Name: "KUBERNETES_SERVICE_HOST", Value: t.APIServerHost},
 		{Name: "KUBERNETES_SERVICE_PORT", Value: port},
 		{Name: "KUBERNETES_SERVICE_PORT_HTTPS", Value: port},
-		{Name: "KUBERNETES_PORT", Value: "tcp://" + t.APIServerHost + ":" + port},
-		{Name: "KUBERNETES_PORT_443_TCP", Value: "tcp://" + t.APIServerHost + ":" + port},
+		{Name: "KUBERNETES_PORT", Value: "tcp://" + hostPort},
+		{Name: "KUBERNETES_PORT_443_TCP", Value: "tcp://" + hostPort},
 		{Name: "KUBERNETES_PORT_443_TCP_PROTO", Value: "tcp"},
 		{Name: "KUBERNETES_PORT_443_TCP_PORT", Value: port},
 		{Name: "KUBERNETES_PORT_443_TCP_ADDR", Value: t.APIServerHost},

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+)
+
+// namespace creates a host namespace and waits for its default service account.
+func namespace(ctx context.Context, e *env, name string) (string, func(), error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := e.host.Create(ctx, ns); err != nil {
+		return "", nil, fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	cleanup := func() {
+		_ = e.host.Delete(context.Background(), ns)
+		_ = wait.PollUntilContextTimeout(context.Background(), time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+			err := e.host.Get(ctx, client.ObjectKeyFromObject(ns), &corev1.Namespace{})
+			return client.IgnoreNotFound(err) == nil && err != nil, nil
+		})
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return e.host.Get(ctx, client.ObjectKey{Namespace: name, Name: "default"}, &corev1.ServiceAccount{}) == nil, nil
+	})
+	if err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("no default service account in %s: %w", name, err)
+	}
+	return name, cleanup, nil
+}
+
+// sharedTenant creates a VirtualCluster with the shared node in a namespace of its own and
+// returns a client of the tenant once its virtual node is Ready.
+func sharedTenant(ctx context.Context, e *env, name string) (kubernetes.Interface, func(), error) {
+	ns, cleanupNS, err := namespace(ctx, e, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	vc := &v1alpha1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: ns},
+		Spec: v1alpha1.VirtualClusterSpec{
+			ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{Type: v1alpha1.ExposureNodePort}},
+			Etcd:         v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
+			Nodes:        v1alpha1.NodesSpec{Shared: true},
+		},
+	}
+	if err := e.host.Create(ctx, vc); err != nil {
+		cleanupNS()
+		return nil, nil, err
+	}
+	cleanup := func() {
+		_ = e.host.Delete(context.Background(), vc)
+		cleanupNS()
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := e.host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+			return false, nil
+		}
+		return meta.IsStatusConditionTrue(vc.Status.Conditions, v1alpha1.ConditionSharedNodeReady), nil
+	})
+	if err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("tenant's shared node not ready: %w", err)
+	}
+	tenant, err := tenantClient(ctx, e, vc)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err1 := tenant.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		n, err2 := tenant.CoreV1().Nodes().Get(ctx, "kubenest-shared", metav1.GetOptions{})
+		return err1 == nil && err2 == nil && len(n.Status.Conditions) > 0, nil
+	})
+	if err != nil {
+		cleanup()
+		return nil, nil, fmt.Errorf("tenant not ready for pods: %w", err)
+	}
+	return tenant, cleanup, nil
+}
+
+// tenantClient reads a VirtualCluster's admin kubeconfig Secret.
+func tenantClient(ctx context.Context, e *env, vc *v1alpha1.VirtualCluster) (kubernetes.Interface, error) {
+	ref := vc.Status.KubeconfigSecretRef
+	if ref == nil {
+		return nil, fmt.Errorf("%s has no kubeconfig yet", vc.Name)
+	}
+	s := &corev1.Secret{}
+	if err := e.host.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: ref.Name}, s); err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[ref.Key])
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	return kubernetes.NewForConfig(cfg)
+}

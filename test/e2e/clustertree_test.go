@@ -1,0 +1,305 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/clustertree"
+)
+
+// webServer answers every connection on 8080 with its pod name.
+const webServer = `echo hello from $(hostname); while true; do echo "hi from $(hostname)" | nc -l -p 8080; done`
+
+// TestSharedNode runs a tenant's Deployment on the host's shared nodes through the virtual
+// node, and uses it as on any node.
+func TestSharedNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	ns := createNamespace(t, ctx, "e2e-shared")
+	vc := newVC(ns, "shared", v1alpha1.ExposureNodePort)
+	vc.Spec.Nodes.Shared = true
+	if err := host.Create(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ctx, vc)
+	kubeconfig := downloadKubeconfig(t, ctx, vc)
+	tenant := tenantClient(t, kubeconfig)
+
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		n, err := tenant.CoreV1().Nodes().Get(ctx, "kubenest-shared", metav1.GetOptions{})
+		return err == nil && nodeIsReady(n), nil
+	})
+	if err != nil {
+		t.Fatalf("virtual node kubenest-shared not Ready in the tenant: %v", err)
+	}
+
+	start := time.Now()
+	createWebDeployment(t, ctx, tenant, 3)
+	pods := waitTenantPodsRunning(t, ctx, tenant, 3)
+	t.Logf("3 tenant pods Running %s after the Deployment was created", time.Since(start).Round(100*time.Millisecond))
+
+	t.Run("pods run in the VirtualCluster's host namespace", func(t *testing.T) {
+		hostPods := hostPodsOf(t, ctx, ns, vc.Name)
+		if len(hostPods) != 3 {
+			t.Fatalf("%d host pods, want 3", len(hostPods))
+		}
+		byName := map[string]corev1.Pod{}
+		for _, p := range hostPods {
+			byName[p.Annotations[clustertree.AnnotationTenantName]] = p
+		}
+		for _, p := range pods {
+			hp, ok := byName[p.Name]
+			if !ok {
+				t.Errorf("no host pod for tenant pod %s", p.Name)
+				continue
+			}
+			if hp.Status.PodIP != p.Status.PodIP || hp.Spec.NodeName == "" {
+				t.Errorf("tenant pod %s has IP %s, its host pod %s has %s on %q", p.Name, p.Status.PodIP, hp.Name, hp.Status.PodIP, hp.Spec.NodeName)
+			}
+		}
+	})
+
+	pod := pods[0].Name
+	t.Run("kubectl logs, exec and port-forward work from the tenant", func(t *testing.T) {
+		logs := kubectl(t, "--kubeconfig", kubeconfig, "logs", pod)
+		if !strings.Contains(logs, "hello from "+pod) {
+			t.Errorf("kubectl logs %s: %q", pod, logs)
+		}
+		out := kubectl(t, "--kubeconfig", kubeconfig, "exec", pod, "--", "sh", "-c", "hostname; cat /var/run/secrets/kubernetes.io/serviceaccount/namespace")
+		if want := pod + "\ndefault"; strings.TrimSpace(out) != want {
+			t.Errorf("kubectl exec: %q, want %q", out, want)
+		}
+		if got := portForward(t, ctx, kubeconfig, pod, 8080); !strings.Contains(got, "hi from "+pod) {
+			t.Errorf("kubectl port-forward: read %q", got)
+		}
+	})
+
+	t.Run("a privileged pod is refused with a message", func(t *testing.T) {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "default"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "root", Image: BusyboxImage, Command: []string{"sleep", "60"},
+				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+			}}},
+		}
+		if _, err := tenant.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var got *corev1.Pod
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			got, err = tenant.CoreV1().Pods("default").Get(ctx, "root", metav1.GetOptions{})
+			return err == nil && got.Status.Phase == corev1.PodFailed, nil
+		})
+		if err != nil || got.Status.Reason != clustertree.ReasonForbidden || !strings.Contains(got.Status.Message, "privileged") {
+			t.Fatalf("privileged pod: %v; status %+v", err, got.Status)
+		}
+		t.Logf("refused: %s", got.Status.Message)
+		events := kubectl(t, "--kubeconfig", kubeconfig, "get", "events", "--field-selector", "involvedObject.name=root")
+		if !strings.Contains(events, "Forbidden") {
+			t.Errorf("no Forbidden event: %s", events)
+		}
+		_ = tenant.CoreV1().Pods("default").Delete(ctx, "root", metav1.DeleteOptions{})
+	})
+
+	t.Run("deleting a host pod gets the tenant a new one", func(t *testing.T) {
+		victim := hostPodsOf(t, ctx, ns, vc.Name)[0]
+		if err := host.Delete(ctx, &victim, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := tenant.CoreV1().Pods("default").Get(ctx, victim.Annotations[clustertree.AnnotationTenantName], metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			t.Fatalf("the tenant pod of the deleted host pod stays: %v", err)
+		}
+		waitTenantPodsRunning(t, ctx, tenant, 3)
+	})
+
+	t.Run("the operator killed during a scale-up still converges", func(t *testing.T) {
+		scale(t, ctx, tenant, 6)
+		killOperator(t, ctx)
+		waitTenantPodsRunning(t, ctx, tenant, 6)
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			return len(hostPodsOf(t, ctx, ns, vc.Name)) == 6, nil
+		})
+		if err != nil {
+			t.Errorf("%d host pods, want exactly 6", len(hostPodsOf(t, ctx, ns, vc.Name)))
+		}
+	})
+
+	t.Run("scaling to 0 and deleting leave nothing in the host", func(t *testing.T) {
+		scale(t, ctx, tenant, 0)
+		if err := tenant.AppsV1().Deployments("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			sel := client.MatchingLabels(clustertree.HostSelector(vc.Name))
+			var n int
+			for _, l := range []client.ObjectList{&corev1.PodList{}, &corev1.ConfigMapList{}, &corev1.SecretList{}} {
+				if err := host.List(ctx, l, client.InNamespace(ns), sel); err != nil {
+					return false, nil
+				}
+				n += meta.LenList(l)
+			}
+			return n == 0, nil
+		})
+		if err != nil {
+			t.Fatalf("host pods, ConfigMaps or Secrets of the tenant's pods remain: %v", err)
+		}
+	})
+	deleteAndCheckGone(t, ctx, vc)
+}
+
+func createWebDeployment(t *testing.T, ctx context.Context, tenant kubernetes.Interface, replicas int32) {
+	t.Helper()
+	labels := map[string]string{"app": "web"}
+	_, err := tenant.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](1),
+					Containers: []corev1.Container{{
+						Name: "web", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever,
+						Command: []string{"sh", "-c", webServer},
+						Ports:   []corev1.ContainerPort{{ContainerPort: 8080}},
+					}},
+				},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func scale(t *testing.T, ctx context.Context, tenant kubernetes.Interface, replicas int32) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)
+	if _, err := tenant.AppsV1().Deployments("default").Patch(ctx, "web", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitTenantPodsRunning waits until the tenant's web pods are exactly n, all Running with an
+// IP, and returns them.
+func waitTenantPodsRunning(t *testing.T, ctx context.Context, tenant kubernetes.Interface, n int) []corev1.Pod {
+	t.Helper()
+	var pods *corev1.PodList
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		pods, err = tenant.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil || len(pods.Items) != n {
+			return false, nil
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		var states []string
+		for _, p := range pods.Items {
+			states = append(states, fmt.Sprintf("%s=%s", p.Name, p.Status.Phase))
+		}
+		t.Fatalf("want %d Running tenant pods: %v (%s)", n, err, strings.Join(states, ", "))
+	}
+	return pods.Items
+}
+
+func hostPodsOf(t *testing.T, ctx context.Context, ns, vc string) []corev1.Pod {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := host.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(clustertree.HostSelector(vc))); err != nil {
+		t.Fatal(err)
+	}
+	var live []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	return live
+}
+
+func killOperator(t *testing.T, ctx context.Context) {
+	t.Helper()
+	ops := &corev1.PodList{}
+	if err := host.List(ctx, ops, client.MatchingLabels{"app.kubernetes.io/component": "operator"}); err != nil || len(ops.Items) == 0 {
+		t.Fatalf("operator pods: %v (%d)", err, len(ops.Items))
+	}
+	for _, p := range ops.Items {
+		if err := host.Delete(ctx, &p, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// portForward runs kubectl port-forward to a tenant pod and returns what one connection reads.
+func portForward(t *testing.T, ctx context.Context, kubeconfig, pod string, port int) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, *kubectlPath, "--kubeconfig", kubeconfig, "port-forward", pod, fmt.Sprintf(":%d", port))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("kubectl port-forward printed nothing: %v", err)
+	}
+	m := regexp.MustCompile(`127\.0\.0\.1:(\d+)`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("kubectl port-forward: %q", line)
+	}
+	conn, err := net.DialTimeout("tcp", "127.0.0.1:"+m[1], 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	data, _ := io.ReadAll(conn)
+	return string(data)
+}
+
+func nodeIsReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

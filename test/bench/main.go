@@ -51,6 +51,7 @@ func main() {
 Usage: bench [flags] <benchmark> [benchmark flags]
 
 Benchmarks:
+  create       create→Ready of VirtualClusters, one after another and all at once, by phase
   throughput   N pods through a tenant's shared node vs N pods created directly in the host
 
 Flags:
@@ -70,6 +71,8 @@ Flags:
 	}
 	var figures []Figure
 	switch name, args := flag.Arg(0), flag.Args()[1:]; name {
+	case "create":
+		figures, err = createReady(ctx, e, args)
 	case "throughput":
 		figures, err = throughput(ctx, e, args)
 	default:

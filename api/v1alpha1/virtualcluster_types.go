@@ -79,7 +79,7 @@ type ControlPlaneSpec struct {
 
 	// controllerManager tunes the kube-controller-manager container.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="!has(self.extraArgs) || !self.extraArgs.exists(k, k in ['authentication-kubeconfig','authorization-kubeconfig','bind-address','cluster-signing-cert-file','cluster-signing-key-file','kubeconfig','leader-elect','root-ca-file','secure-port','service-account-private-key-file','use-service-account-credentials'])",messageExpression="'extraArgs: flag --' + self.extraArgs.filter(k, k in ['authentication-kubeconfig','authorization-kubeconfig','bind-address','cluster-signing-cert-file','cluster-signing-key-file','kubeconfig','leader-elect','root-ca-file','secure-port','service-account-private-key-file','use-service-account-credentials'])[0] + ' is set by the operator and cannot be overridden'"
+	// +kubebuilder:validation:XValidation:rule="!has(self.extraArgs) || !self.extraArgs.exists(k, k in ['authentication-kubeconfig','authorization-kubeconfig','bind-address','cluster-signing-cert-file','cluster-signing-key-file','cluster-signing-kubelet-client-cert-file','cluster-signing-kubelet-client-key-file','kubeconfig','leader-elect','root-ca-file','secure-port','service-account-private-key-file','use-service-account-credentials'])",messageExpression="'extraArgs: flag --' + self.extraArgs.filter(k, k in ['authentication-kubeconfig','authorization-kubeconfig','bind-address','cluster-signing-cert-file','cluster-signing-key-file','cluster-signing-kubelet-client-cert-file','cluster-signing-kubelet-client-key-file','kubeconfig','leader-elect','root-ca-file','secure-port','service-account-private-key-file','use-service-account-credentials'])[0] + ' is set by the operator and cannot be overridden'"
 	ControllerManager ComponentSpec `json:"controllerManager,omitzero"`
 
 	// scheduler tunes the kube-scheduler container.
@@ -267,6 +267,10 @@ const (
 	// ConditionSharedNodeReady, with spec.nodes.shared: the virtual node runs. It does not
 	// take part in Ready, which is about the control plane.
 	ConditionSharedNodeReady = "SharedNodeReady"
+	// ConditionNodesReady, with spec.nodes.promotions: every requested host node is lent to
+	// the tenant and Ready there; when not, the message says which are missing and why (not
+	// enough free nodes, draining, joining).
+	ConditionNodesReady = "NodesReady"
 )
 
 // VirtualClusterStatus is what the operator observed.
@@ -300,6 +304,28 @@ type VirtualClusterStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	Version string `json:"version,omitempty"`
+
+	// nodes are the host nodes lent to the tenant, and where each is.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=800
+	Nodes []LentNode `json:"nodes,omitempty"`
+}
+
+// LentNode is a host node lent to a tenant.
+type LentNode struct {
+	// name of the node (and of its PoolNode).
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// request is the promotion request it was lent for.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Request string `json:"request"`
+	// phase of its PoolNode.
+	// +optional
+	Phase PoolNodePhase `json:"phase,omitempty"`
 }
 
 // SecretKeyReference names a key of a Secret in the same namespace.

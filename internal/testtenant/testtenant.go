@@ -40,11 +40,11 @@ type Tenant struct {
 }
 
 // Run starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler for vc from the
-// etcd and control-plane certificate Secrets, with the flags the operator's builders give the
+// etcd, control-plane certificate and kubelet signer Secrets, with the flags the operator's builders give the
 // pods. They stop when the test ends.
-func Run(t *testing.T, bin string, vc *v1alpha1.VirtualCluster, settings controlplane.Settings, etcdSecret, cpSecret *corev1.Secret) *Tenant {
+func Run(t *testing.T, bin string, vc *v1alpha1.VirtualCluster, settings controlplane.Settings, etcdSecret, cpSecret, signerSecret *corev1.Secret) *Tenant {
 	t.Helper()
-	etcdDir, cpDir := writeSecret(t, etcdSecret), writeSecret(t, cpSecret)
+	etcdDir, cpDir, signerDir := writeSecret(t, etcdSecret), writeSecret(t, cpSecret), writeSecret(t, signerSecret)
 	apiPort, etcdPort, peerPort := freePort(t), freePort(t), freePort(t)
 	member := vc.Name + "-etcd-0"
 	sts := controlplane.EtcdStatefulSet(vc, settings, "")
@@ -81,6 +81,7 @@ func Run(t *testing.T, bin string, vc *v1alpha1.VirtualCluster, settings control
 	kcmArgs := override(containers[controlplane.ContainerControllerManager], controlplane.PKIDir, cpDir, map[string]string{
 		"bind-address": "127.0.0.1", "secure-port": strconv.Itoa(freePort(t)),
 	})
+	kcmArgs = override(kcmArgs, controlplane.KubeletSignerDir, signerDir, nil)
 	schedArgs := override(containers[controlplane.ContainerScheduler], controlplane.PKIDir, cpDir, map[string]string{
 		"bind-address": "127.0.0.1", "secure-port": strconv.Itoa(freePort(t)),
 	})

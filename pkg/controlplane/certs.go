@@ -17,14 +17,19 @@ import (
 // Keys of the CA Secret. It holds the private keys of the tenant's certificate authorities and
 // the service-account signing key, and is mounted by no pod.
 const (
-	KeyCACert           = "ca.crt"
-	KeyCAKey            = "ca.key"
-	KeyFrontProxyCACert = "front-proxy-ca.crt"
-	KeyFrontProxyCAKey  = "front-proxy-ca.key"
-	KeyEtcdCACert       = "etcd-ca.crt"
-	KeyEtcdCAKey        = "etcd-ca.key"
-	KeySAKey            = "sa.key"
-	KeySAPub            = "sa.pub"
+	KeyCACert            = "ca.crt"
+	KeyCAKey             = "ca.key"
+	KeyFrontProxyCACert  = "front-proxy-ca.crt"
+	KeyFrontProxyCAKey   = "front-proxy-ca.key"
+	KeyEtcdCACert        = "etcd-ca.crt"
+	KeyEtcdCAKey         = "etcd-ca.key"
+	KeySAKey             = "sa.key"
+	KeySAPub             = "sa.pub"
+	KeyKubeletSignerCert = "kubelet-signer.crt"
+	KeyKubeletSignerKey  = "kubelet-signer.key"
+	// KeyClientCABundle is what the apiserver trusts for client certificates: the cluster CA
+	// and the kubelet signer.
+	KeyClientCABundle = "client-ca.crt"
 )
 
 // Authorities are a tenant's certificate authorities and its service-account signing key.
@@ -35,6 +40,10 @@ type Authorities struct {
 	FrontProxyCA *pki.KeyPair
 	// EtcdCA signs etcd's serving and peer certificates and the apiserver's etcd client.
 	EtcdCA *pki.KeyPair
+	// KubeletSigner signs, in the tenant's controller-manager, the client certificates of the
+	// kubelets of host nodes lent to the tenant (TLS bootstrap). It signs nothing else: the
+	// controller-manager holds its key, never the cluster CA's.
+	KubeletSigner *pki.KeyPair
 	// ServiceAccountKey signs service-account tokens.
 	ServiceAccountKey crypto.Signer
 }
@@ -57,7 +66,25 @@ func NewAuthorities(vcName string, now time.Time) (*Authorities, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Authorities{CA: ca, FrontProxyCA: fp, EtcdCA: etcd, ServiceAccountKey: sa}, nil
+	a := &Authorities{CA: ca, FrontProxyCA: fp, EtcdCA: etcd, ServiceAccountKey: sa}
+	if _, err := a.Complete(vcName, now); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Complete creates the authorities a tenant made by an earlier version lacks (the kubelet
+// signer), and says whether it did. Existing authorities are never replaced.
+func (a *Authorities) Complete(vcName string, now time.Time) (bool, error) {
+	if a.KubeletSigner != nil {
+		return false, nil
+	}
+	signer, err := pki.NewCA(vcName+"-kubelet-signer", now)
+	if err != nil {
+		return false, err
+	}
+	a.KubeletSigner = signer
+	return true, nil
 }
 
 // LoadAuthorities reads the authorities from the data of the CA Secret and checks they are
@@ -92,6 +119,12 @@ func LoadAuthorities(data map[string][]byte, now time.Time) (*Authorities, error
 	if a.ServiceAccountKey, err = pki.ParseKey(data[KeySAKey]); err != nil {
 		return nil, fmt.Errorf("%s: %w", KeySAKey, err)
 	}
+	// Tenants made before the kubelet signer existed lack it: Complete adds it.
+	if _, ok := data[KeyKubeletSignerCert]; ok {
+		if a.KubeletSigner, err = load(KeyKubeletSignerCert, KeyKubeletSignerKey); err != nil {
+			return nil, err
+		}
+	}
 	return &a, nil
 }
 
@@ -105,7 +138,11 @@ func (a *Authorities) SecretData() (map[string][]byte, error) {
 		{a.CA, KeyCACert, KeyCAKey},
 		{a.FrontProxyCA, KeyFrontProxyCACert, KeyFrontProxyCAKey},
 		{a.EtcdCA, KeyEtcdCACert, KeyEtcdCAKey},
+		{a.KubeletSigner, KeyKubeletSignerCert, KeyKubeletSignerKey},
 	} {
+		if e.kp == nil {
+			continue
+		}
 		key, err := e.kp.KeyPEM()
 		if err != nil {
 			return nil, err

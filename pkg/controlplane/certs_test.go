@@ -506,10 +506,34 @@ func TestLoadAuthorities(t *testing.T) {
 	wantKeys := []string{
 		controlplane.KeyCACert, controlplane.KeyCAKey, controlplane.KeyFrontProxyCACert, controlplane.KeyFrontProxyCAKey,
 		controlplane.KeyEtcdCACert, controlplane.KeyEtcdCAKey, controlplane.KeySAKey, controlplane.KeySAPub,
+		controlplane.KeyKubeletSignerCert, controlplane.KeyKubeletSignerKey,
 	}
 	if got := slices.Sorted(maps.Keys(data)); !sameSet(got, wantKeys) {
 		t.Errorf("SecretData keys = %q, want %q", got, wantKeys)
 	}
+
+	t.Run("an earlier tenant without the kubelet signer gets one added, nothing replaced", func(t *testing.T) {
+		old := maps.Clone(data)
+		delete(old, controlplane.KeyKubeletSignerCert)
+		delete(old, controlplane.KeyKubeletSignerKey)
+		got, err := controlplane.LoadAuthorities(old, now)
+		if err != nil {
+			t.Fatalf("LoadAuthorities: %v", err)
+		}
+		if got.KubeletSigner != nil {
+			t.Fatal("kubelet signer loaded from data without it")
+		}
+		added, err := got.Complete("alpha", now)
+		if err != nil || !added || got.KubeletSigner == nil {
+			t.Fatalf("Complete: added %v, err %v", added, err)
+		}
+		if !got.CA.Cert.Equal(a.CA.Cert) || !got.EtcdCA.Cert.Equal(a.EtcdCA.Cert) {
+			t.Error("Complete replaced an existing authority")
+		}
+		if added, _ := got.Complete("alpha", now); added {
+			t.Error("Complete added a second kubelet signer")
+		}
+	})
 
 	t.Run("round trip", func(t *testing.T) {
 		got, err := controlplane.LoadAuthorities(data, now.Add(24*time.Hour))
@@ -559,6 +583,9 @@ func TestLoadAuthorities(t *testing.T) {
 	for _, key := range wantKeys {
 		if key == controlplane.KeySAPub {
 			continue // read from sa.key, never loaded
+		}
+		if key == controlplane.KeyKubeletSignerCert {
+			continue // a missing kubelet signer is added, not an error (see above)
 		}
 		for _, c := range []struct {
 			name  string

@@ -54,6 +54,7 @@ func ControlPlaneCertsSecret(vc *v1alpha1.VirtualCluster, a *Authorities, l Leav
 	}
 	data := map[string][]byte{
 		KeyCACert:           a.CA.CertPEM(),
+		KeyClientCABundle:   append(a.CA.CertPEM(), a.KubeletSigner.CertPEM()...),
 		KeyEtcdCACert:       a.EtcdCA.CertPEM(),
 		KeyFrontProxyCACert: a.FrontProxyCA.CertPEM(),
 		KeySAKey:            saData[KeySAKey],
@@ -75,6 +76,19 @@ func ControlPlaneCertsSecret(vc *v1alpha1.VirtualCluster, a *Authorities, l Leav
 		data[key] = kc
 	}
 	return secret(vc, naming.For(vc.Name).ControlPlaneCertsSecret(), data), nil
+}
+
+// KubeletSignerSecret is what only the controller-manager container mounts: the kubelet
+// signer's certificate and key, to sign the client certificates of kubelets joining the tenant.
+func KubeletSignerSecret(vc *v1alpha1.VirtualCluster, a *Authorities) (*corev1.Secret, error) {
+	key, err := a.KubeletSigner.KeyPEM()
+	if err != nil {
+		return nil, err
+	}
+	return secret(vc, naming.For(vc.Name).KubeletSignerSecret(), map[string][]byte{
+		KeyKubeletSignerCert: a.KubeletSigner.CertPEM(),
+		KeyKubeletSignerKey:  key,
+	}), nil
 }
 
 // KubeconfigSecret holds the tenant's admin kubeconfig: under "value" for the published

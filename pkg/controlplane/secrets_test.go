@@ -93,7 +93,7 @@ func TestControlPlaneCertsSecret(t *testing.T) {
 	ts := newTenantSecrets(t, vc)
 	d := ts.controlPlane.Data
 	want := []string{
-		"ca.crt", "etcd-ca.crt", "front-proxy-ca.crt", "sa.key", "sa.pub",
+		"ca.crt", "client-ca.crt", "etcd-ca.crt", "front-proxy-ca.crt", "sa.key", "sa.pub",
 		"apiserver.crt", "apiserver.key", "apiserver-kubelet-client.crt", "apiserver-kubelet-client.key",
 		"apiserver-etcd-client.crt", "apiserver-etcd-client.key", "front-proxy-client.crt", "front-proxy-client.key",
 		"controller-manager.crt", "controller-manager.key", "scheduler.crt", "scheduler.key",

@@ -23,6 +23,8 @@ const (
 	BinaryPath = "/usr/local/bin/nest-controlplane"
 	// PKIDir is where the control-plane pod mounts its certificates Secret.
 	PKIDir = "/etc/kubenest/pki"
+	// KubeletSignerDir is where the controller-manager mounts the kubelet signer.
+	KubeletSignerDir = "/etc/kubenest/kubelet-signer"
 	// EtcdPKIDir is where etcd mounts its certificates Secret.
 	EtcdPKIDir = "/etc/etcd/pki"
 	// EtcdDataDir is where etcd's volume is mounted.
@@ -205,6 +207,7 @@ func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash s
 	api.LivenessProbe = httpProbe("/livez", "https", corev1.URISchemeHTTPS, 10, 6)
 
 	cm := component(ContainerControllerManager, "controller-manager", kcm, cp.ControllerManager, "20m", "64Mi")
+	cm.VolumeMounts = append(cm.VolumeMounts, corev1.VolumeMount{Name: "kubelet-signer", MountPath: KubeletSignerDir, ReadOnly: true})
 	cm.Ports = []corev1.ContainerPort{containerPort("kcm-https", ControllerManagerPort)}
 	cm.StartupProbe = httpProbe("/healthz", "kcm-https", corev1.URISchemeHTTPS, 1, 300)
 	cm.LivenessProbe = httpProbe("/healthz", "kcm-https", corev1.URISchemeHTTPS, 10, 6)
@@ -234,6 +237,7 @@ func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash s
 				Containers: []corev1.Container{api, cm, sc},
 				Volumes: []corev1.Volume{
 					secretVolume("certs", names.ControlPlaneCertsSecret()),
+					secretVolume("kubelet-signer", names.KubeletSignerSecret()),
 					{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				},
 			}),
@@ -380,7 +384,7 @@ func apiServerFlags(vc *v1alpha1.VirtualCluster, s Settings) Flags {
 			"authorization-mode":                 "Node,RBAC",
 			"bind-address":                       "0.0.0.0",
 			"cert-dir":                           "/tmp",
-			"client-ca-file":                     pkiPath(KeyCACert),
+			"client-ca-file":                     pkiPath(KeyClientCABundle),
 			"enable-bootstrap-token-auth":        "true",
 			"endpoint-reconciler-type":           "lease",
 			"etcd-cafile":                        pkiPath(KeyEtcdCACert),
@@ -427,11 +431,14 @@ func controllerManagerFlags(vc *v1alpha1.VirtualCluster) Flags {
 			"service-account-private-key-file": pkiPath(KeySAKey),
 			"use-service-account-credentials":  "true",
 
-			// No cluster signer: the tenant CA's key stays in the CA Secret, which no pod
-			// mounts. Empty is the upstream default; owning these keeps a tenant from pointing
-			// the signer at a key the pod does mount, as the CRD's rule forbids.
-			"cluster-signing-cert-file": "",
-			"cluster-signing-key-file":  "",
+			// No general signer: the tenant CA's key stays in the CA Secret, which no pod
+			// mounts. The controller-manager signs only kubelet client certificates (TLS
+			// bootstrap of lent nodes), with the kubelet signer; that signer only issues
+			// system:node:<name> certificates in group system:nodes.
+			"cluster-signing-cert-file":                "",
+			"cluster-signing-key-file":                 "",
+			"cluster-signing-kubelet-client-cert-file": KubeletSignerDir + "/" + KeyKubeletSignerCert,
+			"cluster-signing-kubelet-client-key-file":  KubeletSignerDir + "/" + KeyKubeletSignerKey,
 		},
 		Defaults: map[string]string{
 			"cluster-name": vc.Name,

@@ -314,7 +314,7 @@ func TestControlPlaneDeploymentContainers(t *testing.T) {
 				"etcd-servers":             "https://tenant-etcd.tenants.svc:2379",
 				"secure-port":              "6443",
 				"service-cluster-ip-range": "10.254.0.0/16",
-				"client-ca-file":           controlplane.PKIDir + "/ca.crt",
+				"client-ca-file":           controlplane.PKIDir + "/client-ca.crt",
 				"tls-cert-file":            controlplane.PKIDir + "/apiserver.crt",
 				"enable-admission-plugins": "NodeRestriction",
 				"advertise-address":        "$(POD_IP)",

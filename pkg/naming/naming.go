@@ -102,6 +102,10 @@ func (n Names) EtcdCertsSecret() string { return Join(n.vc, "etcd-certs") }
 // ControlPlaneCertsSecret holds the certificates and keys the control-plane pod mounts.
 func (n Names) ControlPlaneCertsSecret() string { return Join(n.vc, "controlplane-certs") }
 
+// KubeletSignerSecret holds the key the tenant's controller-manager signs kubelet client
+// certificates with; only that container mounts it.
+func (n Names) KubeletSignerSecret() string { return Join(n.vc, "kubelet-signer") }
+
 // KubeconfigSecret holds the tenant's admin kubeconfig (key "value", the Cluster API
 // convention) and its in-cluster variant.
 func (n Names) KubeconfigSecret() string { return Join(n.vc, "kubeconfig") }

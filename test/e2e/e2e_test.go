@@ -238,7 +238,7 @@ func TestOperatorRestartMidProvisioning(t *testing.T) {
 		list client.ObjectList
 		want int
 	}{
-		{&corev1.SecretList{}, 4},
+		{&corev1.SecretList{}, 5},
 		{&corev1.ServiceList{}, 3},
 		{&appsv1.StatefulSetList{}, 1},
 		{&appsv1.DeploymentList{}, 1},

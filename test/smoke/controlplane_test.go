@@ -54,7 +54,11 @@ func TestControlPlaneProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tenant := testtenant.Run(t, bin, vc, settings, etcdSecret, cpSecret)
+	signerSecret, err := controlplane.KubeletSignerSecret(vc, auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := testtenant.Run(t, bin, vc, settings, etcdSecret, cpSecret, signerSecret)
 
 	// The admin kubeconfig, as the operator writes it, for this machine's endpoint.
 	kcSecret, err := controlplane.KubeconfigSecret(vc, auth, leaves, "https://"+tenant.APIServerAddress)

@@ -16,6 +16,8 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=kubenest.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithKind("AgentStatus"):
+		return &apiv1alpha1.AgentStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ComponentSpec"):
 		return &apiv1alpha1.ComponentSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ControlPlaneSpec"):
@@ -28,14 +30,24 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.EtcdStorageApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ExposureSpec"):
 		return &apiv1alpha1.ExposureSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("LentNode"):
+		return &apiv1alpha1.LentNodeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NodePromotion"):
 		return &apiv1alpha1.NodePromotionApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NodesSpec"):
 		return &apiv1alpha1.NodesSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PersistentVolumeClaimStorage"):
 		return &apiv1alpha1.PersistentVolumeClaimStorageApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolNode"):
+		return &apiv1alpha1.PoolNodeApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolNodeSpec"):
+		return &apiv1alpha1.PoolNodeSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolNodeStatus"):
+		return &apiv1alpha1.PoolNodeStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeyReference"):
 		return &apiv1alpha1.SecretKeyReferenceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("TenantReference"):
+		return &apiv1alpha1.TenantReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("VirtualCluster"):
 		return &apiv1alpha1.VirtualClusterApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("VirtualClusterSpec"):

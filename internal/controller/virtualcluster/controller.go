@@ -169,7 +169,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		conds.applyFailed(v1alpha1.ConditionEtcdReady, "etcd StatefulSet")
 		return reconcile.Result{}, err
 	}
-	deploy, err := controlplane.ControlPlaneDeployment(vc, r.Settings, controlplane.ContentHash(pki.controlPlaneSecret))
+	deploy, err := controlplane.ControlPlaneDeployment(vc, r.Settings, controlplane.ContentHash(pki.controlPlaneSecret, pki.kubeletSigner))
 	if err != nil {
 		return reconcile.Result{}, reconcile.TerminalError(err)
 	}

@@ -173,6 +173,7 @@ func TestLifecycle(t *testing.T) {
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.EtcdCertsSecret()}},
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.ControlPlaneCertsSecret()}},
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.KubeconfigSecret()}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.KubeletSignerSecret()}},
 			&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: names.EtcdStatefulSet()}},
 			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: names.ControlPlaneDeployment()}},
 		} {
@@ -295,7 +296,8 @@ func TestLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		tenant := testtenant.Run(t, testtenant.Binary(t), got, controlplane.DefaultSettings(),
-			secret(t, ctx, c, names.EtcdCertsSecret()), secret(t, ctx, c, names.ControlPlaneCertsSecret()))
+			secret(t, ctx, c, names.EtcdCertsSecret()), secret(t, ctx, c, names.ControlPlaneCertsSecret()),
+			secret(t, ctx, c, names.KubeletSignerSecret()))
 		routes.set(fmt.Sprintf("%s.%s.svc:6443", names.APIServerService(), ns), tenant.APIServerAddress)
 		kc := secret(t, ctx, c, names.KubeconfigSecret())
 		cfg, err := clientcmd.RESTConfigFromKubeConfig(kc.Data[controlplane.KeyKubeconfig])

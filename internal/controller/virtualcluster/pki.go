@@ -25,6 +25,7 @@ type tenantPKI struct {
 	leaves             controlplane.Leaves
 	etcdSecret         *corev1.Secret
 	controlPlaneSecret *corev1.Secret
+	kubeletSigner      *corev1.Secret
 }
 
 // reconcilePKI loads or creates the tenant's certificate authorities, reuses every leaf
@@ -83,7 +84,10 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, vc *v1alpha1.VirtualClust
 	if p.controlPlaneSecret, err = controlplane.ControlPlaneCertsSecret(vc, auth, leaves); err != nil {
 		return nil, err
 	}
-	for _, s := range []*corev1.Secret{p.etcdSecret, p.controlPlaneSecret} {
+	if p.kubeletSigner, err = controlplane.KubeletSignerSecret(vc, auth); err != nil {
+		return nil, err
+	}
+	for _, s := range []*corev1.Secret{p.etcdSecret, p.controlPlaneSecret, p.kubeletSigner} {
 		if err := ssa.Apply(ctx, r.Client, s, FieldOwner); err != nil {
 			conds.applyFailed(v1alpha1.ConditionCertificatesReady, "Secret "+s.Name)
 			return nil, err
@@ -107,6 +111,21 @@ func (r *Reconciler) authorities(ctx context.Context, vc *v1alpha1.VirtualCluste
 			conds.caInvalid(lerr.Error())
 			return nil, nil
 		}
+		added, err := auth.Complete(vc.Name, conds.now)
+		if err != nil || !added {
+			return auth, err
+		}
+		// A tenant made before the kubelet signer existed: add it, keeping everything else.
+		// The update carries the Secret's resourceVersion, so it fails rather than overwrite.
+		data, err := auth.SecretData()
+		if err != nil {
+			return nil, err
+		}
+		s.Data = data
+		if err := r.Client.Update(ctx, s, fieldOwner); err != nil {
+			return nil, fmt.Errorf("adding the kubelet signer to the CA Secret: %w", err)
+		}
+		ctrl.LoggerFrom(ctx).Info("added the kubelet signer to the tenant's authorities", "secret", name)
 		return auth, nil
 	}
 	if !apierrors.IsNotFound(err) {

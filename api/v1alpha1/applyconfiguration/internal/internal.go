@@ -23,6 +23,27 @@ func Parser() *typed.Parser {
 var parserOnce sync.Once
 var parser *typed.Parser
 var schemaYAML = typed.YAMLObject(`types:
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.AgentStatus
+  map:
+    fields:
+    - name: cluster
+      type:
+        scalar: string
+    - name: heartbeatTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: message
+      type:
+        scalar: string
+    - name: step
+      type:
+        scalar: string
+    - name: tenantUID
+      type:
+        namedType: io.k8s.apimachinery.pkg.types.UID
+    - name: version
+      type:
+        scalar: string
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.ComponentSpec
   map:
     fields:
@@ -103,6 +124,18 @@ var schemaYAML = typed.YAMLObject(`types:
       default: ClusterIP
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.ExposureType
   scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.LentNode
+  map:
+    fields:
+    - name: name
+      type:
+        scalar: string
+    - name: phase
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.PoolNodePhase
+    - name: request
+      type:
+        scalar: string
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.NodePromotion
   map:
     fields:
@@ -138,6 +171,52 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: storageClassName
       type:
         scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.PoolNode
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+    - name: spec
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.PoolNodeSpec
+    - name: status
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.PoolNodeStatus
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.PoolNodePhase
+  scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.PoolNodeSpec
+  map:
+    fields:
+    - name: joinSecretName
+      type:
+        scalar: string
+    - name: tenant
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.TenantReference
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.PoolNodeStatus
+  map:
+    fields:
+    - name: agent
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.AgentStatus
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: phase
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.PoolNodePhase
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.SecretKeyReference
   map:
     fields:
@@ -147,6 +226,21 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: name
       type:
         scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.TenantReference
+  map:
+    fields:
+    - name: name
+      type:
+        scalar: string
+    - name: namespace
+      type:
+        scalar: string
+    - name: request
+      type:
+        scalar: string
+    - name: uid
+      type:
+        namedType: io.k8s.apimachinery.pkg.types.UID
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.VirtualCluster
   map:
     fields:
@@ -198,6 +292,14 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: kubeconfigSecretRef
       type:
         namedType: com.github.kubenest-io.kubenest.api.v1alpha1.SecretKeyReference
+    - name: nodes
+      type:
+        list:
+          elementType:
+            namedType: com.github.kubenest-io.kubenest.api.v1alpha1.LentNode
+          elementRelationship: associative
+          keys:
+          - name
     - name: observedGeneration
       type:
         scalar: numeric

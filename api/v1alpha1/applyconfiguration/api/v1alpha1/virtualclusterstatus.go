@@ -25,6 +25,8 @@ type VirtualClusterStatusApplyConfiguration struct {
 	KubeconfigSecretRef *SecretKeyReferenceApplyConfiguration `json:"kubeconfigSecretRef,omitempty"`
 	// version is the Kubernetes version the tenant's apiserver reports.
 	Version *string `json:"version,omitempty"`
+	// nodes are the host nodes lent to the tenant, and where each is.
+	Nodes []LentNodeApplyConfiguration `json:"nodes,omitempty"`
 }
 
 // VirtualClusterStatusApplyConfiguration constructs a declarative configuration of the VirtualClusterStatus type for use with
@@ -83,5 +85,18 @@ func (b *VirtualClusterStatusApplyConfiguration) WithKubeconfigSecretRef(value *
 // If called multiple times, the Version field is set to the value of the last call.
 func (b *VirtualClusterStatusApplyConfiguration) WithVersion(value string) *VirtualClusterStatusApplyConfiguration {
 	b.Version = &value
+	return b
+}
+
+// WithNodes adds the given value to the Nodes field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Nodes field.
+func (b *VirtualClusterStatusApplyConfiguration) WithNodes(values ...*LentNodeApplyConfiguration) *VirtualClusterStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithNodes")
+		}
+		b.Nodes = append(b.Nodes, *values[i])
+	}
 	return b
 }

@@ -28,7 +28,7 @@ GO_LDFLAGS := -s -w \
 	-X github.com/kubenest-io/kubenest/pkg/version.Version=$(VERSION)
 GO_BUILD := go build -ldflags '$(GO_LDFLAGS)'
 
-BINARIES := nest-operator nest-controlplane
+BINARIES := nest-operator nest-controlplane node-agent
 
 # Images, built without Docker and imported into the local cluster's nodes.
 IMAGE_REPO ?= kubenest.io/kubenest
@@ -143,6 +143,7 @@ host-deps: ## Install the Debian packages the local cluster needs, when missing.
 .PHONY: up
 up: host-deps build image $(KUBE_BINARIES) $(HELM) ## Bring up a local host cluster, install KubeNest with Helm and create the demo tenant.
 	go run ./test/e2e/local up --kube-bin $(KUBE_BIN) --nest-controlplane $(BIN_DIR)/nest-controlplane \
+		--node-agent $(CURDIR)/$(BIN_DIR)/node-agent \
 		$(addprefix --image ,$(IMAGE_TARS)) --nodes $(NODES)
 	$(HELM) upgrade --install kubenest charts/kubenest --kubeconfig _output/host.kubeconfig \
 		--namespace kubenest-system --create-namespace \

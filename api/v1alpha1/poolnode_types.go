@@ -34,8 +34,8 @@ type PoolNode struct {
 	Status PoolNodeStatus `json:"status,omitzero"`
 }
 
-// PoolNodeSpec is written by the operator.
-// +kubebuilder:validation:XValidation:rule="!has(self.joinSecretName) || has(self.tenant)",message="joinSecretName needs tenant"
+// PoolNodeSpec is written by the operator. A node given back keeps its joinSecretName until
+// the operator has told the agent to return it.
 type PoolNodeSpec struct {
 	// tenant is the VirtualCluster the node is lent to; unset, the node belongs to the host.
 	// +optional

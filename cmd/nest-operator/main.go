@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -25,7 +26,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/poolnode"
 	"github.com/kubenest-io/kubenest/internal/controller/virtualcluster"
+	"github.com/kubenest-io/kubenest/internal/tenantclient"
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
@@ -49,6 +52,7 @@ func run() error {
 		workers                             int
 		nodePortAddress                     string
 		virtualNodeAddress, virtualNodeName string
+		namespace                           string
 	)
 	fs := flag.CommandLine
 	fs.Usage = func() {
@@ -77,6 +81,7 @@ Flags:
 	fs.StringVar(&nodePortAddress, "nodeport-address", "", "Address in NodePort endpoints and certificates; empty uses the address of the oldest Ready host node.")
 	fs.StringVar(&virtualNodeAddress, "virtual-node-address", os.Getenv("POD_IP"), "IP tenants' apiservers reach the shared virtual nodes' kubelet API at: this pod's IP (the chart sets $POD_IP). Empty runs no virtual node.")
 	fs.StringVar(&virtualNodeName, "virtual-node-name", "kubenest-shared", "Name of the shared virtual node in every tenant.")
+	fs.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "kubenest-system"), "The operator's own namespace, where lent nodes' join Secrets go.")
 	fs.DurationVar(&settings.LeafValidity, "leaf-certificate-validity", 0, "Validity of tenant leaf certificates; 0 means one year. Short values are for testing rotation.")
 	fs.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	klog.InitFlags(fs)
@@ -164,6 +169,26 @@ Flags:
 	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: workers}); err != nil {
 		return fmt.Errorf("setting up the VirtualCluster controller: %w", err)
 	}
+	dns, err := settings.DNSServiceIP()
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if err := (&poolnode.Reconciler{
+		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
+		Kube:          kube,
+		Namespace:     namespace,
+		TenantDNS:     dns.String(),
+		ClusterDomain: controlplane.TenantClusterDomain,
+		Tenants:       tenantclient.Source{Reader: mgr.GetClient()},
+		Recorder:      mgr.GetEventRecorder("kubenest-poolnode"),
+	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: workers}); err != nil {
+		return fmt.Errorf("setting up the PoolNode controller: %w", err)
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
@@ -173,4 +198,11 @@ Flags:
 	log.Info("starting", "version", version.String(), "controlplaneImage", settings.Image,
 		"tenantServiceCIDR", settings.ServiceCIDR, "workers", workers, "startedAt", time.Now().UTC().Format(time.RFC3339))
 	return mgr.Start(ctx)
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }

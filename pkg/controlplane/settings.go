@@ -55,6 +55,16 @@ func (s Settings) Validate() error {
 	return nil
 }
 
+// DNSServiceIP is the ClusterIP of the tenant's cluster DNS Service: the tenth address of the
+// service range, as kubeadm does.
+func (s Settings) DNSServiceIP() (net.IP, error) {
+	_, cidr, err := netutils.ParseCIDRSloppy(s.ServiceCIDR)
+	if err != nil {
+		return nil, fmt.Errorf("tenant service CIDR %q: %w", s.ServiceCIDR, err)
+	}
+	return netutils.GetIndexedIP(cidr, 10)
+}
+
 // kubernetesServiceIP is the ClusterIP of the tenant's "kubernetes" Service: the first address
 // of the service range.
 func (s Settings) kubernetesServiceIP() (net.IP, error) {

@@ -21,9 +21,10 @@ type Config struct {
 	CAPEM []byte
 	// User names the user entry.
 	User string
-	// ClientCertPEM and ClientKeyPEM authenticate the user.
+	// ClientCertPEM and ClientKeyPEM authenticate the user; or Token does.
 	ClientCertPEM []byte
 	ClientKeyPEM  []byte
+	Token         string
 }
 
 // Build returns the kubeconfig for c as YAML. The same Config gives the same bytes.
@@ -37,7 +38,7 @@ func Build(c Config) ([]byte, error) {
 			c.ClusterName: {Server: c.Server, CertificateAuthorityData: c.CAPEM},
 		},
 		AuthInfos: map[string]*clientcmdapi.AuthInfo{
-			c.User: {ClientCertificateData: c.ClientCertPEM, ClientKeyData: c.ClientKeyPEM},
+			c.User: {ClientCertificateData: c.ClientCertPEM, ClientKeyData: c.ClientKeyPEM, Token: c.Token},
 		},
 		Contexts: map[string]*clientcmdapi.Context{
 			ctx: {Cluster: c.ClusterName, AuthInfo: c.User},
@@ -76,6 +77,7 @@ func Parse(data []byte) (Config, error) {
 		User:          ctx.AuthInfo,
 		ClientCertPEM: user.ClientCertificateData,
 		ClientKeyPEM:  user.ClientKeyData,
+		Token:         user.Token,
 	}, nil
 }
 
@@ -87,8 +89,10 @@ func (c Config) validate() error {
 		return errors.New("kubeconfig needs a user name")
 	case len(c.CAPEM) == 0:
 		return errors.New("kubeconfig needs the CA certificate")
-	case len(c.ClientCertPEM) == 0 || len(c.ClientKeyPEM) == 0:
-		return errors.New("kubeconfig needs a client certificate and key")
+	case c.Token == "" && (len(c.ClientCertPEM) == 0 || len(c.ClientKeyPEM) == 0):
+		return errors.New("kubeconfig needs a client certificate and key, or a token")
+	case c.Token != "" && (len(c.ClientCertPEM) != 0 || len(c.ClientKeyPEM) != 0):
+		return errors.New("kubeconfig takes a client certificate or a token, not both")
 	}
 	u, err := url.Parse(c.Server)
 	if err != nil || u.Scheme != "https" || u.Host == "" {

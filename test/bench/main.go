@@ -129,4 +129,3 @@ func fatal(err error) {
 }
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
-

@@ -79,6 +79,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=kubenest.io,resources=poolnodes,verbs=get;list;watch;update;patch
 
 // SetupWithManager registers the controller. It watches what it owns, so a change to a pod,
 // StatefulSet, Deployment, Service or Secret of a tenant wakes that tenant's reconcile.
@@ -94,6 +95,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
 		Watches(&corev1.Pod{}, podToVirtualCluster()).
+		Watches(&v1alpha1.PoolNode{}, r.poolNodeToVirtualClusters()).
 		WithOptions(opts).
 		Named("virtualcluster").
 		Complete(r)
@@ -217,6 +219,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	if err := r.reconcileSharedNode(ctx, vc, pki, exposure, conds); err != nil {
 		return reconcile.Result{}, err
 	}
+	lending, err := r.reconcileNodes(ctx, vc, conds)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if lending > 0 && (result.RequeueAfter == 0 || lending < result.RequeueAfter) {
+		result.RequeueAfter = lending
+	}
 
 	if conds.isTrue(v1alpha1.ConditionAPIServerReady) && conds.isTrue(v1alpha1.ConditionKubeconfigReady) &&
 		conds.isTrue(v1alpha1.ConditionEtcdReady) && result.RequeueAfter == 0 {
@@ -255,6 +264,31 @@ func (r *Reconciler) podProblems(ctx context.Context, vc *v1alpha1.VirtualCluste
 		*c.out = podProblem(pods.Items)
 	}
 	return etcd, cp, nil
+}
+
+// poolNodeToVirtualClusters maps a PoolNode to the tenants it concerns: the one it is lent
+// to, the one its kubelet still serves, and every tenant asking for nodes (a node that became
+// free may be theirs now).
+func (r *Reconciler) poolNodeToVirtualClusters() handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
+		pn, ok := obj.(*v1alpha1.PoolNode)
+		if !ok {
+			return nil
+		}
+		vcs := &v1alpha1.VirtualClusterList{}
+		if err := r.Client.List(ctx, vcs); err != nil {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, vc := range vcs.Items {
+			concerned := len(vc.Spec.Nodes.Promotions) > 0 || pn.Status.Agent.TenantUID == vc.UID ||
+				(pn.Spec.Tenant != nil && pn.Spec.Tenant.UID == vc.UID)
+			if concerned {
+				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: vc.Namespace, Name: vc.Name}})
+			}
+		}
+		return out
+	})
 }
 
 // podToVirtualCluster maps a tenant component's pod to its VirtualCluster, by its label.

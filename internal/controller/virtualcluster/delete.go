@@ -49,6 +49,14 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 	if r.SharedNodes != nil {
 		r.SharedNodes.Manager.Stop(vc.Namespace + "/" + vc.Name)
 	}
+	// Lent nodes go back to the host first.
+	away, err := r.releaseNodes(ctx, vc)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if away > 0 {
+		return r.deleting(ctx, vc, fmt.Sprintf("deleting the tenant: waiting for %d lent nodes to return to the host", away))
+	}
 	selector := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
 	remaining := 0
 	for _, k := range tenantKinds {
@@ -72,15 +80,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 		}
 	}
 	if remaining > 0 {
-		before := vc.DeepCopy()
-		conds := conditions{list: &vc.Status.Conditions, generation: vc.Generation, now: r.Clock.Now()}
-		conds.set(v1alpha1.ConditionReady, false, ReasonDeleting, fmt.Sprintf("deleting the tenant: %d host objects remain", remaining))
-		vc.Status.Phase = v1alpha1.PhaseDeleting
-		if err := r.Client.Status().Patch(ctx, vc, client.MergeFrom(before)); err != nil {
-			return reconcile.Result{}, fmt.Errorf("patching status: %w", err)
-		}
 		log.V(1).Info("waiting for the tenant's host objects to go", "remaining", remaining)
-		return reconcile.Result{RequeueAfter: deletionRetryInterval}, nil
+		return r.deleting(ctx, vc, fmt.Sprintf("deleting the tenant: %d host objects remain", remaining))
 	}
 	patch := client.MergeFrom(vc.DeepCopy())
 	controllerutil.RemoveFinalizer(vc, naming.FinalizerVirtualCluster)
@@ -89,4 +90,16 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 	}
 	log.Info("tenant deleted; nothing of it is left in the host")
 	return reconcile.Result{}, nil
+}
+
+// deleting reports what deletion waits for, and comes back shortly.
+func (r *Reconciler) deleting(ctx context.Context, vc *v1alpha1.VirtualCluster, msg string) (reconcile.Result, error) {
+	before := vc.DeepCopy()
+	conds := conditions{list: &vc.Status.Conditions, generation: vc.Generation, now: r.Clock.Now()}
+	conds.set(v1alpha1.ConditionReady, false, ReasonDeleting, msg)
+	vc.Status.Phase = v1alpha1.PhaseDeleting
+	if err := r.Client.Status().Patch(ctx, vc, client.MergeFrom(before)); err != nil {
+		return reconcile.Result{}, fmt.Errorf("patching status: %w", err)
+	}
+	return reconcile.Result{RequeueAfter: deletionRetryInterval}, nil
 }

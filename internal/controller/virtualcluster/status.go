@@ -30,6 +30,8 @@ const (
 	ReasonNotReady            = "NotReady"
 	ReasonDeleting            = "Deleting"
 	ReasonWaitingForAPIServer = "WaitingForAPIServer"
+	ReasonNotEnoughNodes      = "NotEnoughNodes"
+	ReasonLending             = "Lending"
 )
 
 // conditions sets the conditions of one status, each stamped with the generation it describes.

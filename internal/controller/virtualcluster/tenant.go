@@ -13,6 +13,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/nodepool"
 )
 
 // tenantTimeout bounds each request the operator makes to a tenant's apiserver, so a tenant
@@ -96,17 +97,27 @@ func bootstrapTenant(ctx context.Context, client kubernetes.Interface) error {
 	if _, err := client.RbacV1().ClusterRoles().Apply(ctx, clustertree, opts); err != nil {
 		return fmt.Errorf("applying tenant ClusterRole %s: %w", *clustertree.Name, err)
 	}
-	bind := func(name, role, user string) error {
+	bind := func(name, role, kind, subject string) error {
 		crb := rbacv1ac.ClusterRoleBinding(name).WithLabels(labels).
 			WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("ClusterRole").WithName(role)).
-			WithSubjects(rbacv1ac.Subject().WithAPIGroup(rbacv1.GroupName).WithKind(rbacv1.UserKind).WithName(user))
+			WithSubjects(rbacv1ac.Subject().WithAPIGroup(rbacv1.GroupName).WithKind(kind).WithName(subject))
 		if _, err := client.RbacV1().ClusterRoleBindings().Apply(ctx, crb, opts); err != nil {
 			return fmt.Errorf("applying tenant ClusterRoleBinding %s: %w", name, err)
 		}
 		return nil
 	}
-	if err := bind("kubenest:apiserver-kubelet-client", "system:kubelet-api-admin", controlplane.APIServerKubeletClient); err != nil {
-		return err
+	for _, b := range []struct{ name, role, kind, subject string }{
+		{"kubenest:apiserver-kubelet-client", "system:kubelet-api-admin", rbacv1.UserKind, controlplane.APIServerKubeletClient},
+		{"kubenest:clustertree", "kubenest:clustertree", rbacv1.UserKind, controlplane.ClusterTreeUser},
+		// Lent host nodes join with a bootstrap token: it may ask for a node client
+		// certificate, which is approved at once; joined nodes renew their own.
+		{"kubenest:kubelet-bootstrap", "system:node-bootstrapper", rbacv1.GroupKind, nodepool.BootstrapGroup},
+		{"kubenest:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", rbacv1.GroupKind, nodepool.BootstrapGroup},
+		{"kubenest:node-autoapprove-certificate-rotation", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", rbacv1.GroupKind, "system:nodes"},
+	} {
+		if err := bind(b.name, b.role, b.kind, b.subject); err != nil {
+			return err
+		}
 	}
-	return bind("kubenest:clustertree", "kubenest:clustertree", controlplane.ClusterTreeUser)
+	return nil
 }

@@ -25,8 +25,8 @@ func down(c config) error {
 	}
 	isNode := func(name string) bool { return strings.HasPrefix(name, nodePrefix) }
 	var errs []error
-	// Kubelets first, so nothing restarts the pods removed next.
-	errs = append(errs, c.stopRecorded(func(name string) bool { return isNode(name) && strings.HasSuffix(name, "-kubelet") }))
+	// Node agents (and the kubelets they run) first, so nothing restarts the pods removed next.
+	errs = append(errs, c.stopRecorded(func(name string) bool { return isNode(name) && strings.HasSuffix(name, "-node-agent") }))
 	for _, n := range nodes {
 		errs = append(errs, c.removePods(n))
 	}

@@ -18,6 +18,8 @@ const (
 	clusterDomain = "cluster.local"
 	apiPort       = 6443
 	nodePrefix    = "kn-worker-"
+	// lendableLabel opts a node in to being lent to tenants.
+	lendableLabel = "kubenest.io/lendable"
 
 	// PauseImage is the pod sandbox image every node's containerd uses.
 	PauseImage = "kubenest.io/pause:3.10"

@@ -36,6 +36,8 @@ type config struct {
 	outDir   string // kubeconfig and logs for people: _output
 	kubeBin  string // kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl
 	etcdBin  string // nest-controlplane, whose "etcd" subcommand is embedded etcd
+	agentBin string // node-agent, which runs each node's kubelet
+	lendable []string
 	images   []string
 	addons   string // directory of add-on manifests applied after the nodes are Ready
 	nodes    int
@@ -60,11 +62,18 @@ func main() {
 	fs.StringVar(&cfg.outDir, "output", "_output", "Where the host kubeconfig (host.kubeconfig) and the logs (local/logs) go.")
 	fs.StringVar(&cfg.kubeBin, "kube-bin", "", "Directory of kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy and kubectl.")
 	fs.StringVar(&cfg.etcdBin, "nest-controlplane", "", "nest-controlplane binary; its etcd subcommand runs the host's etcd.")
+	fs.StringVar(&cfg.agentBin, "node-agent", "", "node-agent binary; it runs each node's kubelet.")
+	var lendable stringList
+	fs.Var(&lendable, "lendable", "Node labelled kubenest.io/lendable=true, which tenants may borrow. Repeatable; default the last node when there are two or more.")
 	fs.Var(&images, "image", "Image tarball to import into every node. Repeatable.")
 	fs.StringVar(&cfg.addons, "addons", "test/e2e/local/addons", "Directory of add-on manifests (CoreDNS) applied once the nodes are Ready.")
 	fs.IntVar(&cfg.nodes, "nodes", 2, "Number of worker nodes (1 to 9).")
 	_ = fs.Parse(os.Args[2:])
 	cfg.images = images
+	cfg.lendable = lendable
+	if len(cfg.lendable) == 0 && cfg.nodes > 1 {
+		cfg.lendable = []string{nodesOf(cfg.nodes)[cfg.nodes-1].name}
+	}
 	if cfg.nodes < 1 || cfg.nodes > 9 {
 		fatalf("--nodes %d: must be 1 to 9", cfg.nodes)
 	}
@@ -79,8 +88,8 @@ func main() {
 	start := time.Now()
 	switch cmd {
 	case "up":
-		if cfg.kubeBin == "" || cfg.etcdBin == "" {
-			fatalf("--kube-bin and --nest-controlplane are required")
+		if cfg.kubeBin == "" || cfg.etcdBin == "" || cfg.agentBin == "" {
+			fatalf("--kube-bin, --nest-controlplane and --node-agent are required")
 		}
 		err = up(ctx, cfg)
 	case "down":

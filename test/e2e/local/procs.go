@@ -16,6 +16,11 @@ import (
 // namespace netns (the host's when empty), logging to <logs>/<name>.log, and records its PID
 // with the binary it runs so that "down" stops exactly it.
 func (c config) startProcess(name, netns, bin string, args ...string) error {
+	return c.startProcessRecorded(name, netns, bin, bin, args...)
+}
+
+// startProcessRecorded starts argv0 with args, recording bin as what the process runs.
+func (c config) startProcessRecorded(name, netns, bin, argv0 string, args ...string) error {
 	if err := os.MkdirAll(c.logDir(), 0o755); err != nil {
 		return err
 	}
@@ -28,7 +33,7 @@ func (c config) startProcess(name, netns, bin string, args ...string) error {
 		return err
 	}
 	defer logFile.Close()
-	argv := append([]string{bin}, args...)
+	argv := append([]string{argv0}, args...)
 	if netns != "" {
 		// nsenter --net, not "ip netns exec": the latter remounts /sys and hides the cgroup
 		// hierarchies the kubelet needs.
@@ -54,6 +59,17 @@ func (c config) startProcess(name, netns, bin string, args ...string) error {
 	}
 	_ = cmd.Process.Release()
 	return nil
+}
+
+// startSupervised starts a component that is started again whenever it exits, as systemd's
+// Restart=always would: a shell loop runs it. Stopping it stops the loop and the component.
+func (c config) startSupervised(name, netns, bin string, args ...string) error {
+	quoted := make([]string, 0, len(args)+1)
+	for _, a := range append([]string{bin}, args...) {
+		quoted = append(quoted, "'"+strings.ReplaceAll(a, "'", `'\''`)+"'")
+	}
+	loop := "while :; do " + strings.Join(quoted, " ") + "; echo \"$(date) " + name + " exited ($?); restarting\"; sleep 1; done"
+	return c.startProcessRecorded(name, netns, bin, "/bin/sh", "-c", loop)
 }
 
 // stopRecorded stops the processes recorded in the PID directory whose names match filter,
@@ -88,7 +104,9 @@ func (c config) stopRecorded(filter func(name string) bool) error {
 		}
 		if alive(pid, fields[1]) {
 			procs = append(procs, proc{name, fields[1], pid})
-			_ = syscall.Kill(pid, syscall.SIGTERM)
+			// Each component leads its own process group (setsid): the group holds what
+			// it started too, a supervised component's child or the kubelet a node agent runs.
+			_ = syscall.Kill(-pid, syscall.SIGTERM)
 		}
 		_ = os.Remove(path)
 	}
@@ -99,7 +117,7 @@ func (c config) stopRecorded(filter func(name string) bool) error {
 		}
 		if alive(p.pid, p.bin) {
 			logf("%s (pid %d) did not stop on SIGTERM; killing it", p.name, p.pid)
-			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+			_ = syscall.Kill(-p.pid, syscall.SIGKILL)
 		}
 		logf("stopped %s (pid %d)", p.name, p.pid)
 	}

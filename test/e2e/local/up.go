@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,7 +63,7 @@ func (c config) checkMachine() error {
 	}
 	for _, f := range []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback", "/usr/lib/cni/portmap",
 		c.kubeBinary("kube-apiserver"), c.kubeBinary("kube-controller-manager"), c.kubeBinary("kube-scheduler"),
-		c.kubeBinary("kubelet"), c.kubeBinary("kube-proxy"), c.kubeBinary("kubectl"), c.etcdBin} {
+		c.kubeBinary("kubelet"), c.kubeBinary("kube-proxy"), c.kubeBinary("kubectl"), c.etcdBin, c.agentBin} {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("missing %s", f)
 		}
@@ -261,8 +262,8 @@ state = %[2]q
 	return nil
 }
 
-// startKubelets starts each node's kubelet (with its own cgroup root, log directory and root
-// directory) and kube-proxy.
+// startKubelets starts each node's node agent, which runs its kubelet (with its own cgroup
+// root, log directory and root directory), and its kube-proxy.
 func (c config) startKubelets(nodes []node) error {
 	pki := func(f string) string { return filepath.Join(c.pkiDir(), f) }
 	for _, n := range nodes {
@@ -297,9 +298,24 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.avail
 		if err := os.WriteFile(cfgPath, []byte(kubeletCfg), 0o644); err != nil {
 			return err
 		}
-		if err := c.startProcess(n.name+"-kubelet", n.name, c.kubeBinary("kubelet"),
-			"--config="+cfgPath, "--kubeconfig="+pki("kubelet-"+n.name+".kubeconfig"),
-			"--root-dir="+filepath.Join(dir, "kubelet"), "--hostname-override="+n.name, "--node-ip="+n.ip); err != nil {
+		// The node agent runs the kubelet (its child, in the host until the node is lent) and
+		// is itself restarted when it exits, as systemd would.
+		kubeletArgs := []string{"--root-dir=" + filepath.Join(dir, "kubelet"), "--hostname-override=" + n.name, "--node-ip=" + n.ip}
+		if slices.Contains(c.lendable, n.name) {
+			kubeletArgs = append(kubeletArgs, "--node-labels="+lendableLabel+"=true")
+		}
+		agentArgs := []string{
+			"--node-name=" + n.name, "--kubeconfig=" + pki("kubelet-"+n.name+".kubeconfig"),
+			"--namespace=kubenest-system", "--state-dir=" + filepath.Join(dir, "agent"),
+			"--kubelet-mode=process", "--kubelet-binary=" + c.kubeBinary("kubelet"),
+			"--kubelet-log=" + filepath.Join(c.logDir(), n.name+"-kubelet.log"),
+			"--kubelet-config=" + cfgPath, "--kubelet-root-dir=" + filepath.Join(dir, "kubelet"),
+			"--container-runtime-endpoint=unix://" + c.containerdSocket(n),
+		}
+		for _, a := range kubeletArgs {
+			agentArgs = append(agentArgs, "--kubelet-arg="+a)
+		}
+		if err := c.startSupervised(n.name+"-node-agent", n.name, c.agentBin, agentArgs...); err != nil {
 			return err
 		}
 		proxyCfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1

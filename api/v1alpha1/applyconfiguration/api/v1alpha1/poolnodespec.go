@@ -5,7 +5,8 @@ package v1alpha1
 // PoolNodeSpecApplyConfiguration represents a declarative configuration of the PoolNodeSpec type for use
 // with apply.
 //
-// PoolNodeSpec is written by the operator.
+// PoolNodeSpec is written by the operator. A node given back keeps its joinSecretName until
+// the operator has told the agent to return it.
 type PoolNodeSpecApplyConfiguration struct {
 	// tenant is the VirtualCluster the node is lent to; unset, the node belongs to the host.
 	Tenant *TenantReferenceApplyConfiguration `json:"tenant,omitempty"`

@@ -344,28 +344,7 @@ func kubectl(t *testing.T, args ...string) string {
 // succeeded.
 func runPod(t *testing.T, ctx context.Context, ns, name string, command ...string) (string, bool) {
 	t.Helper()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyNever,
-			Containers:    []corev1.Container{{Name: "main", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: command}},
-		},
-	}
-	if err := host.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = host.Delete(context.Background(), pod) }()
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := host.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-			return false, nil
-		}
-		return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, nil
-	})
-	if err != nil {
-		t.Fatalf("pod %s did not finish: %v (phase %s)", name, err, pod.Status.Phase)
-	}
-	logs, _ := hostCS.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	return string(logs), pod.Status.Phase == corev1.PodSucceeded
+	return runPodOn(t, ctx, ns, name, "", command...)
 }
 
 // deleteAndCheckGone deletes vc, waits until it is gone, and checks no host object of it is

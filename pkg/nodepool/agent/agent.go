@@ -216,7 +216,7 @@ func (a *Agent) args(target Target) []string {
 
 // TenantKubeletConfig derives the kubelet's configuration for a tenant from the host's: the
 // same node settings, with the tenant's CA for its apiserver's client certificate, the
-// tenant's cluster DNS, and client certificate rotation on.
+// tenant's cluster DNS, client certificate rotation on, and no static pods.
 func TenantKubeletConfig(base []byte, caPath, clusterDNS, clusterDomain string) ([]byte, error) {
 	cfg := map[string]any{}
 	if err := yaml.Unmarshal(base, &cfg); err != nil {
@@ -240,6 +240,8 @@ func TenantKubeletConfig(base []byte, caPath, clusterDNS, clusterDomain string) 
 		cfg["clusterDomain"] = clusterDomain
 	}
 	cfg["rotateCertificates"] = true
+	// The host's static pods are the host's: a lent node does not run them for the tenant.
+	delete(cfg, "staticPodPath")
 	return yaml.Marshal(cfg)
 }
 

@@ -46,6 +46,9 @@ type Options struct {
 	// Controllers are kube-controller-manager controllers to run, for example
 	// "garbagecollector"; none starts no controller-manager.
 	Controllers []string
+	// APIServerFlags are added to kube-apiserver's, for example "--authorization-mode=Node,RBAC"
+	// (the default lets every authenticated user do everything).
+	APIServerFlags []string
 }
 
 func init() {
@@ -62,7 +65,7 @@ func Start(t *testing.T, opts Options) *Env {
 	storage := storagebackend.NewDefaultConfig("/registry", nil)
 	storage.Transport.ServerList = []string{etcdURL}
 	server, err := apiservertesting.StartTestServer(t, apiservertesting.NewDefaultTestServerOptions(),
-		[]string{"--endpoint-reconciler-type=none"}, storage)
+		append([]string{"--endpoint-reconciler-type=none"}, opts.APIServerFlags...), storage)
 	if err != nil {
 		t.Fatalf("starting kube-apiserver: %v", err)
 	}

@@ -122,17 +122,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	result, drained, err := r.reconcileNode(ctx, pn, node, conds)
 	conds.reporting(pn, now, r.AgentTimeout)
 	pn.Status.Phase = nodepool.Phase(pn, drained, now, r.AgentTimeout)
-	if perr := r.Client.Status().Patch(ctx, pn, client.MergeFrom(before)); perr != nil {
+	if perr := r.Client.Status().Patch(ctx, pn, client.MergeFrom(before)); client.IgnoreNotFound(perr) != nil {
 		err = errors.Join(err, fmt.Errorf("patching status: %w", perr))
 	}
 	if before.Status.Phase != pn.Status.Phase {
 		ctrl.LoggerFrom(ctx).Info("node phase changed", "from", before.Status.Phase, "to", pn.Status.Phase)
 		r.Recorder.Eventf(pn, nil, corev1.EventTypeNormal, string(pn.Status.Phase), "Reconcile", "node is now %s", pn.Status.Phase)
 	}
+	if err != nil {
+		return reconcile.Result{}, err // retried with backoff
+	}
 	if result.RequeueAfter == 0 {
 		result.RequeueAfter = steadyInterval
 	}
-	return result, err
+	return result, nil
 }
 
 // reconcileNode takes the node one step towards where its PoolNode says, and reports whether
@@ -141,7 +144,12 @@ func (r *Reconciler) reconcileNode(ctx context.Context, pn *v1alpha1.PoolNode, n
 	t := pn.Spec.Tenant
 	switch {
 	case t != nil && nodepool.InTenant(pn, t):
-		conds.kubeletReady(r.tenantNodeReady(ctx, t, pn.Name))
+		ready, where := r.tenantNodeReady(ctx, t, pn.Name)
+		conds.kubeletReady(ready, where)
+		if !ready {
+			// Tenant Nodes are not watched: look again soon while the kubelet registers.
+			return reconcile.Result{RequeueAfter: switchRetryInterval}, true, nil
+		}
 		return reconcile.Result{}, true, nil
 
 	case t != nil && pn.Spec.JoinSecretName == "":
@@ -162,7 +170,6 @@ func (r *Reconciler) reconcileNode(ctx context.Context, pn *v1alpha1.PoolNode, n
 			conds.set(v1alpha1.PoolNodeConditionDrained, false, "Evicting", fmt.Sprintf("%d pods left to evict%s", remaining, withWhy(why)))
 			return reconcile.Result{RequeueAfter: drainRetryInterval}, false, nil
 		}
-		conds.set(v1alpha1.PoolNodeConditionDrained, true, "Drained", "the host's pods are gone from the node (DaemonSet pods stay)")
 		name, err := r.ensureJoinSecret(ctx, pn, vc)
 		if err != nil {
 			return reconcile.Result{}, true, err
@@ -172,6 +179,8 @@ func (r *Reconciler) reconcileNode(ctx context.Context, pn *v1alpha1.PoolNode, n
 		if err := r.Client.Patch(ctx, pn, patch); err != nil {
 			return reconcile.Result{}, true, err
 		}
+		// After the patch: its answer carries the stored status, which would drop this.
+		conds.set(v1alpha1.PoolNodeConditionDrained, true, "Drained", "the host's pods are gone from the node (DaemonSet pods stay)")
 		ctrl.LoggerFrom(ctx).Info("node drained; its agent may join the tenant", "tenant", nodepool.TenantKey(t))
 		return reconcile.Result{RequeueAfter: switchRetryInterval}, true, nil
 
@@ -308,7 +317,7 @@ func (r *Reconciler) drain(ctx context.Context, node *corev1.Node) (int, string,
 		if pod.DeletionTimestamp != nil {
 			continue
 		}
-		err := helper.EvictPod(pod, policyv1.SchemeGroupVersion)
+		err := r.evict(ctx, pod)
 		switch {
 		case err == nil || apierrors.IsNotFound(err):
 		case apierrors.IsTooManyRequests(err):
@@ -322,6 +331,19 @@ func (r *Reconciler) drain(ctx context.Context, node *corev1.Node) (int, string,
 		why = "a PodDisruptionBudget does not allow evicting " + strings.Join(blocked, ", ") + " yet"
 	}
 	return len(pods), why, nil
+}
+
+// evict asks the API server to evict a pod, once. A PodDisruptionBudget's refusal comes with
+// "retry after 10s", which client-go would honour ten times over; the reconciler comes back
+// on its own schedule instead.
+func (r *Reconciler) evict(ctx context.Context, pod corev1.Pod) error {
+	eviction := &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{},
+	}
+	return r.Kube.PolicyV1().RESTClient().Post().MaxRetries(0).AbsPath("/api/v1").
+		Namespace(pod.Namespace).Resource("pods").Name(pod.Name).SubResource("eviction").
+		Body(eviction).Do(ctx).Error()
 }
 
 func (r *Reconciler) uncordon(ctx context.Context, node *corev1.Node) error {

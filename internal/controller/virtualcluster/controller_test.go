@@ -27,7 +27,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/poolnode"
 	"github.com/kubenest-io/kubenest/internal/controller/virtualcluster"
+	"github.com/kubenest-io/kubenest/internal/tenantclient"
 	"github.com/kubenest-io/kubenest/internal/testenv"
 	"github.com/kubenest-io/kubenest/internal/testtenant"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
@@ -92,6 +94,14 @@ func startOperator(t *testing.T, env *testenv.Env, routes *tenantRoutes) *operat
 		Settings:   settings,
 		Recorder:   mgr.GetEventRecorder("kubenest-operator"),
 		TenantDial: routes.dial,
+	}).SetupWithManager(mgr, controller.Options{SkipNameValidation: ptrTrue()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&poolnode.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Kube: kubernetes.NewForConfigOrDie(env.Config),
+		Namespace: "kubenest-system", TenantDNS: "10.254.0.10", ClusterDomain: "cluster.local",
+		Tenants:  tenantclient.Source{Reader: mgr.GetClient(), Dial: routes.dial},
+		Recorder: mgr.GetEventRecorder("kubenest-poolnode"),
 	}).SetupWithManager(mgr, controller.Options{SkipNameValidation: ptrTrue()}); err != nil {
 		t.Fatal(err)
 	}

@@ -41,9 +41,10 @@ type Config struct {
 	// derived from it.
 	KubeletConfig string
 	// RuntimeEndpoint is the container runtime's CRI socket; KubeletRoot the kubelet's root
-	// directory.
+	// directory. Wipe, when set, replaces the wipe through them (tests).
 	RuntimeEndpoint string
 	KubeletRoot     string
+	Wipe            func(ctx context.Context) error
 	// Interval paces the agent's passes.
 	Interval time.Duration
 	// Version is reported in the PoolNode.
@@ -148,6 +149,9 @@ func (a *Agent) run(ctx context.Context, step string, target Target) error {
 	case StepStopKubelet:
 		return a.cfg.Kubelet.Stop(ctx)
 	case StepWipe:
+		if a.cfg.Wipe != nil {
+			return a.cfg.Wipe(ctx)
+		}
 		return Wipe(ctx, a.cfg.RuntimeEndpoint, a.cfg.KubeletRoot)
 	case StepConfigure:
 		// The kubelet's identity in a tenant is forgotten whichever way it goes.

@@ -147,7 +147,7 @@ up: host-deps build image $(KUBE_BINARIES) $(HELM) ## Bring up a local host clus
 		$(addprefix --image ,$(IMAGE_TARS)) --nodes $(NODES)
 	$(HELM) upgrade --install kubenest charts/kubenest --kubeconfig _output/host.kubeconfig \
 		--namespace kubenest-system --create-namespace \
-		--set image.tag=$(VERSION) --set image.pullPolicy=Never --wait --timeout 5m
+		--set image.tag=$(VERSION) --set image.pullPolicy=Never --set nodeAgent.install=false --wait --timeout 5m
 	$(KUBECTL) apply --server-side -f test/e2e/testdata/demo.yaml
 	$(KUBECTL) -n demo wait virtualcluster/demo --for=condition=Ready --timeout=5m
 	$(KUBECTL) -n demo get secret demo-kubeconfig -o jsonpath='{.data.value}' | base64 -d > _output/demo.kubeconfig

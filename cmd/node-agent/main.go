@@ -32,22 +32,49 @@ func (s *stringList) String() string     { return strings.Join(*s, " ") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func main() {
-	if err := run(); err != nil {
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "install" {
+		err = runInstall(os.Args[2:])
+	} else {
+		err = run()
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "node-agent: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+// agentFlags are the agent's settings.
+type agentFlags struct {
+	nodeName, kubeconfig, namespace, stateDir, mode       string
+	kubeletBinary, kubeletLog, kubeletUnit, kubeletDropIn string
+	kubeletConfig, kubeletKubeconfig, kubeletRoot, cri    string
+	kubeletArgs                                           stringList
+	interval                                              time.Duration
+	showVersion                                           bool
+}
+
+func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) {
 	hostname, _ := os.Hostname()
-	var (
-		nodeName, kubeconfig, namespace, stateDir, mode       string
-		kubeletBinary, kubeletLog, kubeletUnit, kubeletDropIn string
-		kubeletConfig, kubeletKubeconfig, kubeletRoot, cri    string
-		kubeletArgs                                           stringList
-		interval                                              time.Duration
-		showVersion                                           bool
-	)
+	fs.StringVar(&f.nodeName, "node-name", hostname, "Name of this node (and of its PoolNode).")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "/etc/kubernetes/kubelet.conf", "Kubeconfig the agent reaches the host with: the kubelet's own host credentials.")
+	fs.StringVar(&f.namespace, "namespace", "kubenest-system", "Namespace of the KubeNest operator, which holds the node's join Secret.")
+	fs.StringVar(&f.stateDir, "state-dir", "/var/lib/kubenest/node-agent", "Where the agent records its state and keeps the kubelet's tenant files.")
+	fs.StringVar(&f.mode, "kubelet-mode", "systemd", "How the kubelet runs: systemd (a unit, as kubeadm installs it) or process (a child of the agent).")
+	fs.StringVar(&f.kubeletUnit, "kubelet-unit", "kubelet.service", "systemd mode: the kubelet's unit.")
+	fs.StringVar(&f.kubeletDropIn, "kubelet-drop-in", "/etc/systemd/system/kubelet.service.d/90-kubenest.conf", "systemd mode: the drop-in the agent writes while the node is lent.")
+	fs.StringVar(&f.kubeletBinary, "kubelet-binary", "/usr/bin/kubelet", "process mode: the kubelet binary.")
+	fs.Var(&f.kubeletArgs, "kubelet-arg", "process mode: a flag the kubelet always gets (root directory, node name, address). Repeatable.")
+	fs.StringVar(&f.kubeletLog, "kubelet-log", "/var/log/kubelet.log", "process mode: where the kubelet's output goes.")
+	fs.StringVar(&f.kubeletConfig, "kubelet-config", "/var/lib/kubelet/config.yaml", "The kubelet's configuration file for the host; the tenant's is derived from it.")
+	fs.StringVar(&f.kubeletKubeconfig, "kubelet-kubeconfig", "", "process mode: the kubelet's host kubeconfig; defaults to --kubeconfig.")
+	fs.StringVar(&f.kubeletRoot, "kubelet-root-dir", "/var/lib/kubelet", "The kubelet's root directory, whose pod state is wiped between clusters.")
+	fs.StringVar(&f.cri, "container-runtime-endpoint", "unix:///run/containerd/containerd.sock", "The container runtime's CRI endpoint, to remove pods between clusters.")
+	fs.DurationVar(&f.interval, "interval", 2*time.Second, "How often the agent reads its PoolNode.")
+	fs.BoolVar(&f.showVersion, "version", false, "Print the version and exit.")
+}
+
+func run() error {
 	fs := flag.CommandLine
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `node-agent moves this node's kubelet between the host cluster and a KubeNest tenant.
@@ -58,55 +85,44 @@ configures the kubelet to join the tenant with a bootstrap token, and starts it;
 node is given back it does the reverse. Every step is recorded in --state-dir first, so the
 agent resumes where it stopped after a crash.
 
+'node-agent install' puts the agent on a systemd host as a service (see 'node-agent install
+--help'); the chart's installer DaemonSet runs it on lendable nodes.
+
 Flags:
 `)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&nodeName, "node-name", hostname, "Name of this node (and of its PoolNode).")
-	fs.StringVar(&kubeconfig, "kubeconfig", "/etc/kubernetes/kubelet.conf", "Kubeconfig the agent reaches the host with: the kubelet's own host credentials.")
-	fs.StringVar(&namespace, "namespace", "kubenest-system", "Namespace of the KubeNest operator, which holds the node's join Secret.")
-	fs.StringVar(&stateDir, "state-dir", "/var/lib/kubenest/node-agent", "Where the agent records its state and keeps the kubelet's tenant files.")
-	fs.StringVar(&mode, "kubelet-mode", "systemd", "How the kubelet runs: systemd (a unit, as kubeadm installs it) or process (a child of the agent).")
-	fs.StringVar(&kubeletUnit, "kubelet-unit", "kubelet.service", "systemd mode: the kubelet's unit.")
-	fs.StringVar(&kubeletDropIn, "kubelet-drop-in", "/etc/systemd/system/kubelet.service.d/90-kubenest.conf", "systemd mode: the drop-in the agent writes while the node is lent.")
-	fs.StringVar(&kubeletBinary, "kubelet-binary", "/usr/bin/kubelet", "process mode: the kubelet binary.")
-	fs.Var(&kubeletArgs, "kubelet-arg", "process mode: a flag the kubelet always gets (root directory, node name, address). Repeatable.")
-	fs.StringVar(&kubeletLog, "kubelet-log", "/var/log/kubelet.log", "process mode: where the kubelet's output goes.")
-	fs.StringVar(&kubeletConfig, "kubelet-config", "/var/lib/kubelet/config.yaml", "The kubelet's configuration file for the host; the tenant's is derived from it.")
-	fs.StringVar(&kubeletKubeconfig, "kubelet-kubeconfig", "", "process mode: the kubelet's host kubeconfig; defaults to --kubeconfig.")
-	fs.StringVar(&kubeletRoot, "kubelet-root-dir", "/var/lib/kubelet", "The kubelet's root directory, whose pod state is wiped between clusters.")
-	fs.StringVar(&cri, "container-runtime-endpoint", "unix:///run/containerd/containerd.sock", "The container runtime's CRI endpoint, to remove pods between clusters.")
-	fs.DurationVar(&interval, "interval", 2*time.Second, "How often the agent reads its PoolNode.")
-	fs.BoolVar(&showVersion, "version", false, "Print the version and exit.")
+	f := &agentFlags{}
+	defineAgentFlags(fs, f)
 	klog.InitFlags(fs)
 	flag.Parse()
-	if showVersion {
+	if f.showVersion {
 		fmt.Println(version.String())
 		return nil
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q; see --help", fs.Arg(0))
 	}
-	if nodeName == "" {
+	if f.nodeName == "" {
 		return fmt.Errorf("--node-name is required")
 	}
 
 	var kubelet agent.Kubelet
 	var hostArgs []string
-	switch mode {
+	switch f.mode {
 	case "systemd":
-		kubelet = &agent.SystemdKubelet{Unit: kubeletUnit, DropIn: kubeletDropIn}
+		kubelet = &agent.SystemdKubelet{Unit: f.kubeletUnit, DropIn: f.kubeletDropIn}
 	case "process":
-		if kubeletKubeconfig == "" {
-			kubeletKubeconfig = kubeconfig
+		if f.kubeletKubeconfig == "" {
+			f.kubeletKubeconfig = f.kubeconfig
 		}
-		kubelet = &agent.ProcessKubelet{Binary: kubeletBinary, BaseArgs: kubeletArgs, LogPath: kubeletLog}
-		hostArgs = []string{"--config=" + kubeletConfig, "--kubeconfig=" + kubeletKubeconfig}
+		kubelet = &agent.ProcessKubelet{Binary: f.kubeletBinary, BaseArgs: f.kubeletArgs, LogPath: f.kubeletLog}
+		hostArgs = []string{"--config=" + f.kubeletConfig, "--kubeconfig=" + f.kubeletKubeconfig}
 	default:
-		return fmt.Errorf("--kubelet-mode %q: must be systemd or process", mode)
+		return fmt.Errorf("--kubelet-mode %q: must be systemd or process", f.mode)
 	}
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	cfg, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("--kubeconfig: %w", err)
 	}
@@ -126,20 +142,20 @@ Flags:
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a := agent.New(agent.Config{
-		NodeName:        nodeName,
-		Namespace:       namespace,
-		StateFile:       filepath.Join(stateDir, "state.json"),
-		TenantDir:       filepath.Join(stateDir, "tenant"),
+		NodeName:        f.nodeName,
+		Namespace:       f.namespace,
+		StateFile:       filepath.Join(f.stateDir, "state.json"),
+		TenantDir:       filepath.Join(f.stateDir, "tenant"),
 		Kubelet:         kubelet,
 		HostArgs:        hostArgs,
-		KubeletConfig:   kubeletConfig,
-		RuntimeEndpoint: cri,
-		KubeletRoot:     kubeletRoot,
-		Interval:        interval,
+		KubeletConfig:   f.kubeletConfig,
+		RuntimeEndpoint: f.cri,
+		KubeletRoot:     f.kubeletRoot,
+		Interval:        f.interval,
 		Version:         version.Version,
 	}, host)
 	err = a.Run(ctx)
-	if mode == "process" {
+	if f.mode == "process" {
 		// The kubelet is the agent's child and goes with it; a systemd kubelet stays.
 		_ = kubelet.Stop(context.Background())
 	}

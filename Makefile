@@ -147,7 +147,7 @@ up: host-deps build image $(KUBE_BINARIES) $(HELM) ## Bring up a local host clus
 		$(addprefix --image ,$(IMAGE_TARS)) --nodes $(NODES)
 	$(HELM) upgrade --install kubenest charts/kubenest --kubeconfig _output/host.kubeconfig \
 		--namespace kubenest-system --create-namespace \
-		--set image.tag=$(VERSION) --set image.pullPolicy=Never --set nodeAgent.install=false --wait --timeout 5m
+		--set image.tag=$(VERSION) --set image.pullPolicy=Never --set nodeAgent.install=false --set operator.allowTestAnnotations=true --wait --timeout 5m
 	$(KUBECTL) apply --server-side -f test/e2e/testdata/demo.yaml
 	$(KUBECTL) -n demo wait virtualcluster/demo --for=condition=Ready --timeout=5m
 	$(KUBECTL) -n demo get secret demo-kubeconfig -o jsonpath='{.data.value}' | base64 -d > _output/demo.kubeconfig
@@ -164,8 +164,9 @@ down: ## Stop the local cluster and remove everything it created.
 	rm -f _output/demo.kubeconfig $(BIN_DIR)/kubectl
 
 .PHONY: e2e
-e2e: ## End-to-end tests against the local cluster ('make up' first).
-	go test -tags e2e -count=1 -timeout 60m -v ./test/e2e/ -args -kubeconfig $(CURDIR)/_output/host.kubeconfig \
+E2E_RUN ?= .
+e2e: ## End-to-end tests against the local cluster ('make up' first); E2E_RUN=regexp picks tests.
+	go test -tags e2e -count=1 -timeout 60m -v -run '$(E2E_RUN)' ./test/e2e/ -args -kubeconfig $(CURDIR)/_output/host.kubeconfig \
 		-kubectl $(KUBE_BIN)/kubectl
 
 $(HELM):

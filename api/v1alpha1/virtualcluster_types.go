@@ -233,6 +233,25 @@ type NodePromotion struct {
 	Selector metav1.LabelSelector `json:"selector,omitzero"`
 }
 
+// Annotations on a VirtualCluster that ask the operator for something once.
+const (
+	// AnnotationRotateCertificates: when its value differs from
+	// status.certificates.rotationRequest, every leaf certificate and kubeconfig is issued
+	// anew and the components are rolled, as if all were due. Any value, e.g. a timestamp.
+	AnnotationRotateCertificates = "kubenest.io/rotate-certificates"
+	// AnnotationCARotation drives a rotation of the cluster CA, one step per value, in order:
+	//   start   a new CA is made and trusted everywhere next to the old one; the old one
+	//           still signs. Fetch the kubeconfig again and hand it to every client.
+	//   switch  the new CA signs every certificate; the old one is still trusted.
+	//   finish  the old CA is no longer trusted. Clients with certificates or kubeconfigs
+	//           from before "start" stop working.
+	// status.certificates.caRotation says which step is done.
+	AnnotationCARotation = "kubenest.io/ca-rotation"
+	// AnnotationTestLeafValidity sets the validity of this tenant's leaf certificates, e.g.
+	// "2m". For testing rotation: the operator honours it only with --allow-test-annotations.
+	AnnotationTestLeafValidity = "kubenest.io/test-leaf-certificate-validity"
+)
+
 // VirtualClusterPhase summarises the conditions for people and printer columns.
 // +kubebuilder:validation:Enum=Pending;Provisioning;Ready;Degraded;Failed;Deleting
 type VirtualClusterPhase string
@@ -311,6 +330,61 @@ type VirtualClusterStatus struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=800
 	Nodes []LentNode `json:"nodes,omitempty"`
+
+	// certificates are the tenant's certificates and authorities the operator issued, with
+	// when each expires and when the operator renews it.
+	// +optional
+	Certificates *CertificatesStatus `json:"certificates,omitempty"`
+}
+
+// CertificatesStatus says when a tenant's certificates expire and what was last rotated.
+type CertificatesStatus struct {
+	// items: one per certificate authority and leaf certificate.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Items []CertificateExpiry `json:"items,omitempty"`
+
+	// rotationRequest is the value of the kubenest.io/rotate-certificates annotation the
+	// operator last acted on: every leaf certificate was issued anew for it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	RotationRequest string `json:"rotationRequest,omitempty"`
+
+	// caRotation is where a rotation of the cluster CA stands (see the
+	// kubenest.io/ca-rotation annotation): empty when none is under way, Trusting while old
+	// and new CA are trusted and the old one still signs, Switched once the new one signs.
+	// +optional
+	// +kubebuilder:validation:Enum=Trusting;Switched
+	CARotation CARotationPhase `json:"caRotation,omitempty"`
+}
+
+// CARotationPhase is a step of a cluster CA rotation.
+type CARotationPhase string
+
+const (
+	// CARotationTrusting: a new CA exists and is trusted everywhere next to the old one, which
+	// still signs. Clients should now fetch the kubeconfig again (it trusts both).
+	CARotationTrusting CARotationPhase = "Trusting"
+	// CARotationSwitched: the new CA signs every certificate; the old one is still trusted, so
+	// clients holding old certificates keep working until the rotation is finished.
+	CARotationSwitched CARotationPhase = "Switched"
+)
+
+// CertificateExpiry is one certificate's validity.
+type CertificateExpiry struct {
+	// name of the certificate, e.g. apiserver, admin, ca.
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	Name string `json:"name"`
+	// notAfter is when it expires.
+	// +required
+	NotAfter metav1.Time `json:"notAfter"`
+	// renewAfter is when the operator renews it (two thirds into its life); authorities are
+	// never renewed on their own: they are rotated on request.
+	// +optional
+	RenewAfter *metav1.Time `json:"renewAfter,omitempty"`
 }
 
 // LentNode is a host node lent to a tenant.

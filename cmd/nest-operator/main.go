@@ -46,13 +46,13 @@ func run() error {
 	settings := controlplane.DefaultSettings()
 	settings.Image = "kubenest.io/kubenest:" + version.Version
 	var (
-		metricsAddr, probeAddr, pullPolicy  string
-		leaderElect, showVersion            bool
-		leaderElectionNamespace             string
-		workers                             int
-		nodePortAddress                     string
-		virtualNodeAddress, virtualNodeName string
-		namespace                           string
+		metricsAddr, probeAddr, pullPolicy             string
+		leaderElect, showVersion, allowTestAnnotations bool
+		leaderElectionNamespace                        string
+		workers                                        int
+		nodePortAddress                                string
+		virtualNodeAddress, virtualNodeName            string
+		namespace                                      string
 	)
 	fs := flag.CommandLine
 	fs.Usage = func() {
@@ -83,6 +83,7 @@ Flags:
 	fs.StringVar(&virtualNodeName, "virtual-node-name", "kubenest-shared", "Name of the shared virtual node in every tenant.")
 	fs.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "kubenest-system"), "The operator's own namespace, where lent nodes' join Secrets go.")
 	fs.DurationVar(&settings.LeafValidity, "leaf-certificate-validity", 0, "Validity of tenant leaf certificates; 0 means one year. Short values are for testing rotation.")
+	fs.BoolVar(&allowTestAnnotations, "allow-test-annotations", false, "Honour annotations meant for tests, such as "+v1alpha1.AnnotationTestLeafValidity+". Never on in production.")
 	fs.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	klog.InitFlags(fs)
 	flag.Parse()
@@ -166,6 +167,8 @@ Flags:
 		Recorder:        mgr.GetEventRecorder("kubenest-operator"),
 		NodePortAddress: nodePortAddress,
 		SharedNodes:     shared,
+
+		AllowTestAnnotations: allowTestAnnotations,
 	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: workers}); err != nil {
 		return fmt.Errorf("setting up the VirtualCluster controller: %w", err)
 	}

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"crypto"
+	"crypto/x509"
 	"fmt"
 	"maps"
 	"net"
@@ -27,6 +28,11 @@ const (
 	KeySAPub             = "sa.pub"
 	KeyKubeletSignerCert = "kubelet-signer.crt"
 	KeyKubeletSignerKey  = "kubelet-signer.key"
+	// During a CA rotation: the new CA, trusted but not yet signing ...
+	KeyCANextCert = "ca-next.crt"
+	KeyCANextKey  = "ca-next.key"
+	// ... and, once it signs, the old CA's certificate, still trusted.
+	KeyCAPreviousCert = "ca-previous.crt"
 	// KeyClientCABundle is what the apiserver trusts for client certificates: the cluster CA
 	// and the kubelet signer.
 	KeyClientCABundle = "client-ca.crt"
@@ -46,6 +52,87 @@ type Authorities struct {
 	KubeletSigner *pki.KeyPair
 	// ServiceAccountKey signs service-account tokens.
 	ServiceAccountKey crypto.Signer
+
+	// NextCA, during a CA rotation's first step, is the new cluster CA: trusted everywhere
+	// next to CA, signing nothing yet.
+	NextCA *pki.KeyPair
+	// PreviousCA, during a CA rotation's second step, is the old cluster CA: still trusted,
+	// signing nothing any more.
+	PreviousCA *x509.Certificate
+}
+
+// CABundle is what clients of the tenant's apiserver and the apiserver itself trust: the
+// cluster CA and, during a rotation, the other one.
+func (a *Authorities) CABundle() []byte {
+	out := slices.Clone(a.CA.CertPEM())
+	if a.NextCA != nil {
+		out = append(out, a.NextCA.CertPEM()...)
+	}
+	if a.PreviousCA != nil {
+		out = append(out, pki.EncodeCert(a.PreviousCA)...)
+	}
+	return out
+}
+
+// CARotation is the step of a cluster CA rotation the authorities are at.
+func (a *Authorities) CARotation() v1alpha1.CARotationPhase {
+	switch {
+	case a.NextCA != nil:
+		return v1alpha1.CARotationTrusting
+	case a.PreviousCA != nil:
+		return v1alpha1.CARotationSwitched
+	}
+	return ""
+}
+
+// Steps of a CA rotation, as the kubenest.io/ca-rotation annotation names them.
+const (
+	CARotationStart  = "start"
+	CARotationSwitch = "switch"
+	CARotationFinish = "finish"
+)
+
+// StepCARotation takes the cluster CA rotation to step (see v1alpha1.AnnotationCARotation)
+// and says whether anything changed. A step already taken changes nothing; a step out of
+// order is an error that says which step comes first.
+func (a *Authorities) StepCARotation(step, vcName string, now time.Time) (bool, error) {
+	at := a.CARotation()
+	switch step {
+	case "":
+		return false, nil
+	case CARotationStart:
+		switch at {
+		case v1alpha1.CARotationTrusting:
+			return false, nil
+		case v1alpha1.CARotationSwitched:
+			return false, fmt.Errorf("%s=%s: the last rotation is not finished; set it to %s first", v1alpha1.AnnotationCARotation, step, CARotationFinish)
+		}
+		next, err := pki.NewCA(fmt.Sprintf("%s-ca-%d", vcName, now.Unix()), now)
+		if err != nil {
+			return false, err
+		}
+		a.NextCA = next
+		return true, nil
+	case CARotationSwitch:
+		switch at {
+		case v1alpha1.CARotationSwitched:
+			return false, nil
+		case "":
+			return false, fmt.Errorf("%s=%s: no rotation is under way; set it to %s first", v1alpha1.AnnotationCARotation, step, CARotationStart)
+		}
+		a.PreviousCA, a.CA, a.NextCA = a.CA.Cert, a.NextCA, nil
+		return true, nil
+	case CARotationFinish:
+		switch at {
+		case "":
+			return false, nil
+		case v1alpha1.CARotationTrusting:
+			return false, fmt.Errorf("%s=%s: the new CA does not sign yet; set it to %s first", v1alpha1.AnnotationCARotation, step, CARotationSwitch)
+		}
+		a.PreviousCA = nil
+		return true, nil
+	}
+	return false, fmt.Errorf("%s=%q: must be %s, %s or %s", v1alpha1.AnnotationCARotation, step, CARotationStart, CARotationSwitch, CARotationFinish)
 }
 
 // NewAuthorities creates the certificate authorities and signing key of a new tenant.
@@ -119,6 +206,16 @@ func LoadAuthorities(data map[string][]byte, now time.Time) (*Authorities, error
 	if a.ServiceAccountKey, err = pki.ParseKey(data[KeySAKey]); err != nil {
 		return nil, fmt.Errorf("%s: %w", KeySAKey, err)
 	}
+	if _, ok := data[KeyCANextCert]; ok {
+		if a.NextCA, err = load(KeyCANextCert, KeyCANextKey); err != nil {
+			return nil, err
+		}
+	}
+	if pemData, ok := data[KeyCAPreviousCert]; ok {
+		if a.PreviousCA, err = pki.ParseCert(pemData); err != nil {
+			return nil, fmt.Errorf("%s: %w", KeyCAPreviousCert, err)
+		}
+	}
 	// Tenants made before the kubelet signer existed lack it: Complete adds it.
 	if _, ok := data[KeyKubeletSignerCert]; ok {
 		if a.KubeletSigner, err = load(KeyKubeletSignerCert, KeyKubeletSignerKey); err != nil {
@@ -139,6 +236,7 @@ func (a *Authorities) SecretData() (map[string][]byte, error) {
 		{a.FrontProxyCA, KeyFrontProxyCACert, KeyFrontProxyCAKey},
 		{a.EtcdCA, KeyEtcdCACert, KeyEtcdCAKey},
 		{a.KubeletSigner, KeyKubeletSignerCert, KeyKubeletSignerKey},
+		{a.NextCA, KeyCANextCert, KeyCANextKey},
 	} {
 		if e.kp == nil {
 			continue
@@ -158,6 +256,9 @@ func (a *Authorities) SecretData() (map[string][]byte, error) {
 		return nil, err
 	}
 	data[KeySAKey], data[KeySAPub] = saKey, saPub
+	if a.PreviousCA != nil {
+		data[KeyCAPreviousCert] = pki.EncodeCert(a.PreviousCA)
+	}
 	return data, nil
 }
 

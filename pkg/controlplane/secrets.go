@@ -53,8 +53,8 @@ func ControlPlaneCertsSecret(vc *v1alpha1.VirtualCluster, a *Authorities, l Leav
 		return nil, err
 	}
 	data := map[string][]byte{
-		KeyCACert:           a.CA.CertPEM(),
-		KeyClientCABundle:   append(a.CA.CertPEM(), a.KubeletSigner.CertPEM()...),
+		KeyCACert:           a.CABundle(),
+		KeyClientCABundle:   append(a.CABundle(), a.KubeletSigner.CertPEM()...),
 		KeyEtcdCACert:       a.EtcdCA.CertPEM(),
 		KeyFrontProxyCACert: a.FrontProxyCA.CertPEM(),
 		KeySAKey:            saData[KeySAKey],
@@ -148,7 +148,7 @@ func kubeconfigFor(vc *v1alpha1.VirtualCluster, a *Authorities, l Leaves, leaf L
 	return kubeconfig.Build(kubeconfig.Config{
 		ClusterName:   vc.Name,
 		Server:        server,
-		CAPEM:         a.CA.CertPEM(),
+		CAPEM:         a.CABundle(),
 		User:          kp.Cert.Subject.CommonName,
 		ClientCertPEM: kp.CertPEM(),
 		ClientKeyPEM:  key,

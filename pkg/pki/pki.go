@@ -53,9 +53,7 @@ type KeyPair struct {
 }
 
 // CertPEM returns the certificate PEM-encoded.
-func (kp *KeyPair) CertPEM() []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: kp.Cert.Raw})
-}
+func (kp *KeyPair) CertPEM() []byte { return EncodeCert(kp.Cert) }
 
 // KeyPEM returns the private key PEM-encoded.
 func (kp *KeyPair) KeyPEM() ([]byte, error) {
@@ -119,7 +117,9 @@ func (ca *KeyPair) Issue(spec CertSpec, now time.Time) (*KeyPair, error) {
 		Subject:     pkix.Name{CommonName: spec.CommonName, Organization: spec.Organization},
 		DNSNames:    spec.DNSNames,
 		IPAddresses: spec.IPs,
-		NotBefore:   now.Add(-backdate),
+		// Short-lived leaves are backdated less: renewal is two thirds into the whole
+		// NotBefore..NotAfter span, which a fixed backdate would put before issuance.
+		NotBefore:   now.Add(-min(backdate, validity/10)),
 		NotAfter:    notAfter,
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: extKeyUsages(spec.Usage),
@@ -186,6 +186,11 @@ func (kp *KeyPair) CheckCA(now time.Time) error {
 		return errors.New("private key does not match the certificate")
 	}
 	return nil
+}
+
+// EncodeCert is a certificate in PEM.
+func EncodeCert(c *x509.Certificate) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
 }
 
 // ParseKeyPair reads a PEM certificate and its PEM private key.

@@ -229,6 +229,15 @@ func TestRenewAt(t *testing.T) {
 	if got, want := pki.RenewAt(leaf.Cert), leaf.Cert.NotBefore.Add(life*2/3); !got.Equal(want) {
 		t.Errorf("RenewAt(leaf) = %s, want %s", got, want)
 	}
+	// However short-lived, a new leaf is not due at once: renewal comes well after issuance
+	// and well before expiry.
+	for _, validity := range []time.Duration{time.Minute, 2 * time.Minute, time.Hour} {
+		leaf := issue(t, newCA(t, "ca", now), pki.CertSpec{CommonName: "x", Usage: pki.UsageClient, Validity: validity}, now)
+		renew := pki.RenewAt(leaf.Cert)
+		if early, late := now.Add(validity/2), now.Add(validity*3/4); renew.Before(early) || renew.After(late) {
+			t.Errorf("%s leaf: renewed %s after issuance, want between %s and %s", validity, renew.Sub(now), validity/2, validity*3/4)
+		}
+	}
 }
 
 func TestCheck(t *testing.T) {

@@ -18,6 +18,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 	// Group=kubenest.io, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithKind("AgentStatus"):
 		return &apiv1alpha1.AgentStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CertificateExpiry"):
+		return &apiv1alpha1.CertificateExpiryApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CertificatesStatus"):
+		return &apiv1alpha1.CertificatesStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ComponentSpec"):
 		return &apiv1alpha1.ComponentSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ControlPlaneSpec"):

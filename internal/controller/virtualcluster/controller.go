@@ -64,6 +64,9 @@ type Reconciler struct {
 	TenantDial func(ctx context.Context, network, address string) (net.Conn, error)
 	// SharedNodes runs the virtual nodes of tenants with spec.nodes.shared; nil runs none.
 	SharedNodes *SharedNodes
+	// AllowTestAnnotations honours annotations meant for tests only, such as a short leaf
+	// certificate validity.
+	AllowTestAnnotations bool
 }
 
 // +kubebuilder:rbac:groups=kubenest.io,resources=virtualclusters,verbs=get;list;watch;update;patch
@@ -166,7 +169,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		return reconcile.Result{}, err
 	}
 
-	etcd := controlplane.EtcdStatefulSet(vc, r.Settings, controlplane.ContentHash(pki.etcdSecret))
+	// etcd reads its certificate files at every TLS handshake, so renewed leaves reach it
+	// through the mounted Secret without a restart (which would lose an ephemeral member's
+	// data); only a new etcd CA rolls it.
+	etcd := controlplane.EtcdStatefulSet(vc, r.Settings, controlplane.ContentHash(etcdTrust(pki.etcdSecret)))
 	if err := ssa.Apply(ctx, r.Client, etcd, FieldOwner); err != nil {
 		conds.applyFailed(v1alpha1.ConditionEtcdReady, "etcd StatefulSet")
 		return reconcile.Result{}, err
@@ -232,6 +238,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		result.RequeueAfter = min(healthCheckInterval, max(time.Second, pki.leaves.EarliestRenewal().Sub(conds.now)))
 	}
 	return result, nil
+}
+
+// etcdTrust is the part of the etcd certificates Secret etcd does not reload: the CA.
+func etcdTrust(s *corev1.Secret) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: s.ObjectMeta, Data: map[string][]byte{controlplane.KeyCACert: s.Data[controlplane.KeyCACert]}}
 }
 
 // exposure reads where the apiserver Service was published.

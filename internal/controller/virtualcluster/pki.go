@@ -2,13 +2,16 @@ package virtualcluster
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
+	"github.com/kubenest-io/kubenest/pkg/pki"
 )
 
 // tenantPKI is a tenant's certificate material after a pass: authorities, leaves, and the
@@ -26,6 +30,10 @@ type tenantPKI struct {
 	etcdSecret         *corev1.Secret
 	controlPlaneSecret *corev1.Secret
 	kubeletSigner      *corev1.Secret
+	// leafValidity is how long this tenant's leaf certificates are valid (zero: the default).
+	leafValidity time.Duration
+	// rotationRequest is the forced rotation the leaves were issued for, if any.
+	rotationRequest string
 }
 
 // reconcilePKI loads or creates the tenant's certificate authorities, reuses every leaf
@@ -35,9 +43,17 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, vc *v1alpha1.VirtualClust
 	log := ctrl.LoggerFrom(ctx)
 	names := naming.For(vc.Name)
 
-	auth, err := r.authorities(ctx, vc, conds)
+	auth, caProblem, err := r.authorities(ctx, vc, conds)
 	if err != nil || auth == nil {
 		return nil, err
+	}
+	settings, err := r.settingsFor(vc)
+	if err != nil {
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "InvalidAnnotation", "Reconcile", "%v; using the default validity", err)
+	}
+	status := vc.Status.Certificates
+	if status == nil {
+		status = &v1alpha1.CertificatesStatus{}
 	}
 
 	// Secrets are read live, not from the cache: a stale read would reissue certificates that
@@ -57,8 +73,13 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, vc *v1alpha1.VirtualClust
 	if admin, ok := controlplane.AdminFromKubeconfig(kc.Data); ok {
 		existing[controlplane.LeafAdmin] = admin
 	}
+	rotation := vc.Annotations[v1alpha1.AnnotationRotateCertificates]
+	if rotation != "" && rotation != status.RotationRequest {
+		log.Info("rotating every leaf certificate on request", "annotation", v1alpha1.AnnotationRotateCertificates, "value", rotation)
+		clear(existing)
+	}
 
-	specs, err := controlplane.LeafSpecs(vc, r.Settings, exp)
+	specs, err := controlplane.LeafSpecs(vc, settings, exp)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +98,7 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, vc *v1alpha1.VirtualClust
 		}
 	}
 
-	p := &tenantPKI{authorities: auth, leaves: leaves}
+	p := &tenantPKI{authorities: auth, leaves: leaves, leafValidity: settings.LeafValidity}
 	if p.etcdSecret, err = controlplane.EtcdCertsSecret(vc, auth, leaves); err != nil {
 		return nil, err
 	}
@@ -93,60 +114,123 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, vc *v1alpha1.VirtualClust
 			return nil, err
 		}
 	}
-	conds.certificatesIssued(leaves)
+	status.RotationRequest = rotation
+	status.CARotation = auth.CARotation()
+	status.Items = certificateItems(auth, leaves)
+	vc.Status.Certificates = status
+	p.rotationRequest = rotation
+	recordCertificates(vc, status.Items)
+	conds.certificatesIssued(leaves, caProblem)
 	return p, nil
 }
 
-// authorities loads the tenant's certificate authorities, creating them on first use. An
-// existing but unusable CA Secret is reported and left alone (nil, nil): replacing a CA would
-// cut off every client the tenant has.
-func (r *Reconciler) authorities(ctx context.Context, vc *v1alpha1.VirtualCluster, conds conditions) (*controlplane.Authorities, error) {
+// certificateItems lists when each authority and leaf expires, and when leaves are renewed.
+func certificateItems(a *controlplane.Authorities, leaves controlplane.Leaves) []v1alpha1.CertificateExpiry {
+	var items []v1alpha1.CertificateExpiry
+	for name, c := range map[string]*x509.Certificate{
+		"ca": a.CA.Cert, "front-proxy-ca": a.FrontProxyCA.Cert, "etcd-ca": a.EtcdCA.Cert, "kubelet-signer": a.KubeletSigner.Cert,
+	} {
+		items = append(items, v1alpha1.CertificateExpiry{Name: name, NotAfter: metav1.NewTime(c.NotAfter)})
+	}
+	if a.NextCA != nil {
+		items = append(items, v1alpha1.CertificateExpiry{Name: "ca-next", NotAfter: metav1.NewTime(a.NextCA.Cert.NotAfter)})
+	}
+	for name, kp := range leaves {
+		renew := metav1.NewTime(pki.RenewAt(kp.Cert))
+		items = append(items, v1alpha1.CertificateExpiry{Name: string(name), NotAfter: metav1.NewTime(kp.Cert.NotAfter), RenewAfter: &renew})
+	}
+	slices.SortFunc(items, func(x, y v1alpha1.CertificateExpiry) int { return strings.Compare(x.Name, y.Name) })
+	return items
+}
+
+// settingsFor is the operator's settings with what this tenant's annotations may change:
+// only the test-only leaf validity, and only when the operator allows test annotations.
+func (r *Reconciler) settingsFor(vc *v1alpha1.VirtualCluster) (controlplane.Settings, error) {
+	s := r.Settings
+	v, ok := vc.Annotations[v1alpha1.AnnotationTestLeafValidity]
+	if !ok || !r.AllowTestAnnotations {
+		return s, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < time.Minute {
+		return s, fmt.Errorf("annotation %s=%q: want a duration of at least 1m, such as 2m", v1alpha1.AnnotationTestLeafValidity, v)
+	}
+	s.LeafValidity = d
+	return s, nil
+}
+
+// authorities loads the tenant's certificate authorities, creating them on first use, and
+// takes the step of a CA rotation the kubenest.io/ca-rotation annotation asks for; a step
+// that cannot be taken is returned as problem. An existing but unusable CA Secret is reported
+// and left alone (nil): replacing a CA would cut off every client the tenant has.
+func (r *Reconciler) authorities(ctx context.Context, vc *v1alpha1.VirtualCluster, conds conditions) (auth *controlplane.Authorities, problem string, err error) {
+	log := ctrl.LoggerFrom(ctx)
 	name := naming.For(vc.Name).CASecret()
 	s := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: vc.Namespace, Name: name}, s)
-	if err == nil {
-		auth, lerr := controlplane.LoadAuthorities(s.Data, conds.now)
-		if lerr != nil {
-			ctrl.LoggerFrom(ctx).Info("CA Secret is unusable; not replacing it", "secret", name, "problem", lerr.Error())
-			conds.caInvalid(lerr.Error())
-			return nil, nil
-		}
-		added, err := auth.Complete(vc.Name, conds.now)
-		if err != nil || !added {
-			return auth, err
-		}
-		// A tenant made before the kubelet signer existed: add it, keeping everything else.
-		// The update carries the Secret's resourceVersion, so it fails rather than overwrite.
-		data, err := auth.SecretData()
-		if err != nil {
-			return nil, err
-		}
-		s.Data = data
-		if err := r.Client.Update(ctx, s, fieldOwner); err != nil {
-			return nil, fmt.Errorf("adding the kubelet signer to the CA Secret: %w", err)
-		}
-		ctrl.LoggerFrom(ctx).Info("added the kubelet signer to the tenant's authorities", "secret", name)
-		return auth, nil
+	err = r.APIReader.Get(ctx, types.NamespacedName{Namespace: vc.Namespace, Name: name}, s)
+	if apierrors.IsNotFound(err) {
+		return r.createAuthorities(ctx, vc, conds)
 	}
-	if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("reading CA Secret: %w", err)
+	if err != nil {
+		return nil, "", fmt.Errorf("reading CA Secret: %w", err)
 	}
+	auth, lerr := controlplane.LoadAuthorities(s.Data, conds.now)
+	if lerr != nil {
+		log.Info("CA Secret is unusable; not replacing it", "secret", name, "problem", lerr.Error())
+		conds.caInvalid(lerr.Error())
+		return nil, "", nil
+	}
+	// A tenant made before the kubelet signer existed gets it, keeping everything else.
+	added, err := auth.Complete(vc.Name, conds.now)
+	if err != nil {
+		return nil, "", err
+	}
+	step := vc.Annotations[v1alpha1.AnnotationCARotation]
+	stepped, serr := auth.StepCARotation(step, vc.Name, conds.now)
+	if serr != nil {
+		problem = serr.Error()
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "CARotationRefused", "Reconcile", "%s", problem)
+	}
+	if !added && !stepped {
+		return auth, problem, nil
+	}
+	data, err := auth.SecretData()
+	if err != nil {
+		return nil, "", err
+	}
+	// The update carries the Secret's resourceVersion, so it fails rather than overwrite.
+	s.Data = data
+	if err := r.Client.Update(ctx, s, fieldOwner); err != nil {
+		return nil, "", fmt.Errorf("updating the CA Secret: %w", err)
+	}
+	if added {
+		log.Info("added the kubelet signer to the tenant's authorities", "secret", name)
+	}
+	if stepped {
+		log.Info("CA rotation step taken", "step", step, "now", auth.CARotation())
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "CARotation", "Reconcile", "CA rotation: %s done", step)
+	}
+	return auth, problem, nil
+}
+
+// createAuthorities makes a new tenant's authorities.
+func (r *Reconciler) createAuthorities(ctx context.Context, vc *v1alpha1.VirtualCluster, conds conditions) (*controlplane.Authorities, string, error) {
 	auth, err := controlplane.NewAuthorities(vc.Name, conds.now)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	secret, err := controlplane.CASecret(vc, auth)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	// Create, not apply: if another pass created it meanwhile, this fails instead of
 	// overwriting a CA that may already be in use.
 	if err := r.Client.Create(ctx, secret, fieldOwner); err != nil {
 		conds.applyFailed(v1alpha1.ConditionCertificatesReady, "CA Secret")
-		return nil, fmt.Errorf("creating CA Secret: %w", err)
+		return nil, "", fmt.Errorf("creating CA Secret: %w", err)
 	}
-	ctrl.LoggerFrom(ctx).Info("created the tenant's certificate authorities", "secret", name)
-	return auth, nil
+	ctrl.LoggerFrom(ctx).Info("created the tenant's certificate authorities", "secret", secret.Name)
+	return auth, "", nil
 }
 
 // secret reads a Secret live; a missing one reads as empty.

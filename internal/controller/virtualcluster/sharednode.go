@@ -62,7 +62,7 @@ func (r *Reconciler) reconcileSharedNode(ctx context.Context, vc *v1alpha1.Virtu
 	if err != nil {
 		return err
 	}
-	fingerprint := fingerprintOf(p.authorities.CA.CertPEM(), tenantCfg.Host, exp.ClusterIP, r.SharedNodes.Address, string(vc.UID))
+	fingerprint := fingerprintOf(p.authorities.CABundle(), p.rotationRequest, tenantCfg.Host, exp.ClusterIP, r.SharedNodes.Address, string(vc.UID))
 	err = r.SharedNodes.Manager.Ensure(key, fingerprint, func() (clustertree.Config, time.Time, error) {
 		return r.sharedNodeConfig(vc, p, exp, tenantCfg)
 	})
@@ -87,14 +87,14 @@ func (r *Reconciler) reconcileSharedNode(ctx context.Context, vc *v1alpha1.Virtu
 func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI, exp controlplane.Exposure, admin *rest.Config) (clustertree.Config, time.Time, error) {
 	now := r.Clock.Now()
 	ca := p.authorities.CA
-	client, err := ca.Issue(pki.CertSpec{CommonName: controlplane.ClusterTreeUser, Usage: pki.UsageClient, Validity: r.Settings.LeafValidity}, now)
+	client, err := ca.Issue(pki.CertSpec{CommonName: controlplane.ClusterTreeUser, Usage: pki.UsageClient, Validity: p.leafValidity}, now)
 	if err != nil {
 		return clustertree.Config{}, time.Time{}, err
 	}
 	serving, err := ca.Issue(pki.CertSpec{
 		CommonName: "system:node:" + r.SharedNodes.NodeName, Organization: []string{"system:nodes"},
 		DNSNames: []string{r.SharedNodes.NodeName}, IPs: []net.IP{net.ParseIP(r.SharedNodes.Address)},
-		Usage: pki.UsageServer, Validity: r.Settings.LeafValidity,
+		Usage: pki.UsageServer, Validity: p.leafValidity,
 	}, now)
 	if err != nil {
 		return clustertree.Config{}, time.Time{}, err
@@ -127,7 +127,7 @@ func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI,
 		Host:              r.SharedNodes.Host,
 		Tenant:            tenant,
 		ServingCert:       servingPair,
-		ClientCA:          ca.CertPEM(),
+		ClientCA:          p.authorities.CABundle(),
 		NodeAddress:       r.SharedNodes.Address,
 		ListenAddress:     ":0",
 		APIServerHost:     exp.ClusterIP,

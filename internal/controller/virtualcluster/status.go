@@ -69,10 +69,13 @@ func (c conditions) applyFailed(typ, what string) {
 	c.set(typ, false, ReasonApplyFailed, "could not apply the "+what+" in the host; retrying")
 }
 
-func (c conditions) certificatesIssued(leaves controlplane.Leaves) {
+func (c conditions) certificatesIssued(leaves controlplane.Leaves, caProblem string) {
 	leaf, at := leaves.EarliestExpiry()
-	c.set(v1alpha1.ConditionCertificatesReady, true, ReasonIssued,
-		fmt.Sprintf("%d certificates valid; the first to expire is %s, at %s", len(leaves), leaf, at.UTC().Format(time.RFC3339)))
+	msg := fmt.Sprintf("%d certificates valid; the first to expire is %s, at %s (renewed before)", len(leaves), leaf, at.UTC().Format(time.RFC3339))
+	if caProblem != "" {
+		msg += "; " + caProblem
+	}
+	c.set(v1alpha1.ConditionCertificatesReady, true, ReasonIssued, msg)
 }
 
 func (c conditions) caInvalid(problem string) {

@@ -434,7 +434,7 @@ func TestConditionsCertificates(t *testing.T) {
 			leaves[name] = kp
 		}
 		var list []metav1.Condition
-		newConditions(&list).certificatesIssued(leaves)
+		newConditions(&list).certificatesIssued(leaves, "")
 		assertCondition(t, list, v1alpha1.ConditionCertificatesReady, metav1.ConditionTrue, ReasonIssued,
 			"3 certificates valid; the first to expire is scheduler, at 2026-03-02T12:00:00Z")
 	})

@@ -59,7 +59,7 @@ func (r *Reconciler) tenantConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI) (*r
 	return &rest.Config{
 		Host: controlplane.InClusterEndpoint(vc),
 		TLSClientConfig: rest.TLSClientConfig{
-			CAData:   p.authorities.CA.CertPEM(),
+			CAData:   p.authorities.CABundle(),
 			CertData: admin.CertPEM(),
 			KeyData:  key,
 		},

@@ -44,6 +44,37 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: version
       type:
         scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.CARotationPhase
+  scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.CertificateExpiry
+  map:
+    fields:
+    - name: name
+      type:
+        scalar: string
+    - name: notAfter
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: renewAfter
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.CertificatesStatus
+  map:
+    fields:
+    - name: caRotation
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.CARotationPhase
+    - name: items
+      type:
+        list:
+          elementType:
+            namedType: com.github.kubenest-io.kubenest.api.v1alpha1.CertificateExpiry
+          elementRelationship: associative
+          keys:
+          - name
+    - name: rotationRequest
+      type:
+        scalar: string
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.ComponentSpec
   map:
     fields:
@@ -278,6 +309,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.VirtualClusterStatus
   map:
     fields:
+    - name: certificates
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.CertificatesStatus
     - name: conditions
       type:
         list:

@@ -27,6 +27,9 @@ type VirtualClusterStatusApplyConfiguration struct {
 	Version *string `json:"version,omitempty"`
 	// nodes are the host nodes lent to the tenant, and where each is.
 	Nodes []LentNodeApplyConfiguration `json:"nodes,omitempty"`
+	// certificates are the tenant's certificates and authorities the operator issued, with
+	// when each expires and when the operator renews it.
+	Certificates *CertificatesStatusApplyConfiguration `json:"certificates,omitempty"`
 }
 
 // VirtualClusterStatusApplyConfiguration constructs a declarative configuration of the VirtualClusterStatus type for use with
@@ -98,5 +101,13 @@ func (b *VirtualClusterStatusApplyConfiguration) WithNodes(values ...*LentNodeAp
 		}
 		b.Nodes = append(b.Nodes, *values[i])
 	}
+	return b
+}
+
+// WithCertificates sets the Certificates field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Certificates field is set to the value of the last call.
+func (b *VirtualClusterStatusApplyConfiguration) WithCertificates(value *CertificatesStatusApplyConfiguration) *VirtualClusterStatusApplyConfiguration {
+	b.Certificates = value
 	return b
 }

@@ -71,7 +71,7 @@ func (c conditions) applyFailed(typ, what string) {
 
 func (c conditions) certificatesIssued(leaves controlplane.Leaves, caProblem string) {
 	leaf, at := leaves.EarliestExpiry()
-	msg := fmt.Sprintf("%d certificates valid; the first to expire is %s, at %s (renewed before)", len(leaves), leaf, at.UTC().Format(time.RFC3339))
+	msg := fmt.Sprintf("%d certificates valid; the first to expire is %s, at %s", len(leaves), leaf, at.UTC().Format(time.RFC3339))
 	if caProblem != "" {
 		msg += "; " + caProblem
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -84,7 +85,7 @@ Flags:
 // checkAgentFlags parses the agent's flags as the agent would, without acting on them.
 func checkAgentFlags(args []string) error {
 	fs := flag.NewFlagSet("node-agent", flag.ContinueOnError)
-	fs.SetOutput(discard{})
+	fs.SetOutput(io.Discard)
 	defineAgentFlags(fs, &agentFlags{})
 	klog.InitFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -95,7 +96,3 @@ func checkAgentFlags(args []string) error {
 	}
 	return nil
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }

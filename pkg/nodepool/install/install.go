@@ -19,6 +19,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/kubenest-io/kubenest/internal/atomicfile"
 )
 
 const (
@@ -122,7 +124,7 @@ func Install(ctx context.Context, o Options, sd Systemd) (bool, error) {
 	return changed, nil
 }
 
-// writeIfChanged replaces a file atomically when its content differs, and reports whether it did.
+// writeIfChanged replaces a file atomically (and durably) when its content differs, and reports whether it did.
 func writeIfChanged(path string, data []byte, mode os.FileMode) (bool, error) {
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
 		return false, nil
@@ -130,23 +132,7 @@ func writeIfChanged(path string, data []byte, mode os.FileMode) (bool, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return false, err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return false, err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return false, err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return false, err
-	}
-	if err := tmp.Close(); err != nil {
-		return false, err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.Write(path, data, mode); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -237,6 +237,16 @@ func isKubeNestKey(k string) bool {
 }
 
 // baseEnv is what every container gets before its own variables (which override it): the
+// hostDownwardAPIItems points downward-API volume items at the host pod's copies of the
+// tenant pod's fields (see hostFieldPath).
+func hostDownwardAPIItems(items []corev1.DownwardAPIVolumeFile) {
+	for i := range items {
+		if f := items[i].FieldRef; f != nil {
+			f.FieldPath = hostFieldPath(f.FieldPath)
+		}
+	}
+}
+
 // tenant apiserver's address and the tenant's service links.
 func (t Translator) baseEnv(tenant *corev1.Pod, services []*corev1.Service) []corev1.EnvVar {
 	port := strconv.Itoa(int(t.APIServerPort))
@@ -318,11 +328,7 @@ func (t Translator) volumes(in []corev1.Volume, hostPod string, name func(string
 			refs.secret(v.Secret.SecretName, isTrue(v.Secret.Optional))
 			v.Secret.SecretName = name(v.Secret.SecretName)
 		case v.DownwardAPI != nil:
-			for j := range v.DownwardAPI.Items {
-				if f := v.DownwardAPI.Items[j].FieldRef; f != nil {
-					f.FieldPath = hostFieldPath(f.FieldPath)
-				}
-			}
+			hostDownwardAPIItems(v.DownwardAPI.Items)
 		case v.Projected != nil:
 			for j := range v.Projected.Sources {
 				s := &v.Projected.Sources[j]
@@ -334,11 +340,7 @@ func (t Translator) volumes(in []corev1.Volume, hostPod string, name func(string
 					refs.secret(s.Secret.Name, isTrue(s.Secret.Optional))
 					s.Secret.Name = name(s.Secret.Name)
 				case s.DownwardAPI != nil:
-					for k := range s.DownwardAPI.Items {
-						if f := s.DownwardAPI.Items[k].FieldRef; f != nil {
-							f.FieldPath = hostFieldPath(f.FieldPath)
-						}
-					}
+					hostDownwardAPIItems(s.DownwardAPI.Items)
 				case s.ServiceAccountToken != nil:
 					// The token is the tenant's, requested from the tenant for this pod and
 					// kept fresh in the pod's token Secret; never a host token.

@@ -51,6 +51,11 @@ COREDNS := $(CACHE_DIR)/bin/coredns-$(COREDNS_VERSION)
 HELM_VERSION := v4.3.1
 HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
 NODES ?= 2
+# The chart as the local cluster runs it: images imported (never pulled), the node agents run
+# by "local up" instead of the installer DaemonSet, test-only annotations honoured.
+HELM_INSTALL = $(HELM) upgrade --install kubenest charts/kubenest --kubeconfig _output/host.kubeconfig \
+	--namespace kubenest-system --create-namespace --set image.tag=$(VERSION) --set image.pullPolicy=Never \
+	--set nodeAgent.install=false --set operator.allowTestAnnotations=true --wait --timeout 5m
 
 ##@ General
 
@@ -145,9 +150,7 @@ up: host-deps build image $(KUBE_BINARIES) $(HELM) ## Bring up a local host clus
 	go run ./test/e2e/local up --kube-bin $(KUBE_BIN) --nest-controlplane $(BIN_DIR)/nest-controlplane \
 		--node-agent $(CURDIR)/$(BIN_DIR)/node-agent \
 		$(addprefix --image ,$(IMAGE_TARS)) --nodes $(NODES)
-	$(HELM) upgrade --install kubenest charts/kubenest --kubeconfig _output/host.kubeconfig \
-		--namespace kubenest-system --create-namespace \
-		--set image.tag=$(VERSION) --set image.pullPolicy=Never --set nodeAgent.install=false --set operator.allowTestAnnotations=true --wait --timeout 5m
+	$(HELM_INSTALL)
 	$(KUBECTL) apply --server-side -f test/e2e/testdata/demo.yaml
 	$(KUBECTL) -n demo wait virtualcluster/demo --for=condition=Ready --timeout=5m
 	$(KUBECTL) -n demo get secret demo-kubeconfig -o jsonpath='{.data.value}' | base64 -d > _output/demo.kubeconfig
@@ -157,6 +160,13 @@ up: host-deps build image $(KUBE_BINARIES) $(HELM) ## Bring up a local host clus
 	@echo "  kubectl --kubeconfig _output/host.kubeconfig get virtualclusters -A"
 	@echo "  kubectl --kubeconfig _output/demo.kubeconfig get ns"
 	@echo "'make e2e' runs the end-to-end tests against it; 'make down' removes it all."
+
+.PHONY: redeploy
+redeploy: build $(IMAGES_DIR)/kubenest.tar $(HELM) ## Rebuild the KubeNest image, load it into the running local cluster and roll the chart's pods.
+	go run ./test/e2e/local load --image $(IMAGES_DIR)/kubenest.tar
+	$(HELM_INSTALL)
+	$(KUBECTL) -n kubenest-system rollout restart deployment
+	$(KUBECTL) -n kubenest-system rollout status deployment --timeout 3m
 
 .PHONY: down
 down: ## Stop the local cluster and remove everything it created.

@@ -14,6 +14,7 @@
 // created: processes, mounts, network namespaces, the bridge, cgroups and state.
 //
 //	local up   --kube-bin DIR --nest-controlplane BIN --image TAR... --nodes 2
+//	local load --image TAR...   (import rebuilt images into the running cluster's nodes)
 //	local down
 package main
 
@@ -49,8 +50,8 @@ func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func main() {
-	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "down") {
-		fmt.Fprintf(os.Stderr, "usage: local up|down [flags]; local up --help lists the flags\n")
+	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "load" && os.Args[1] != "down") {
+		fmt.Fprintf(os.Stderr, "usage: local up|load|down [flags]; local up --help lists the flags\n")
 		os.Exit(2)
 	}
 	cmd := os.Args[1]
@@ -92,6 +93,8 @@ func main() {
 			fatalf("--kube-bin, --nest-controlplane and --node-agent are required")
 		}
 		err = up(ctx, cfg)
+	case "load":
+		err = load(ctx, cfg)
 	case "down":
 		err = down(cfg)
 	}

@@ -49,6 +49,22 @@ func up(ctx context.Context, c config) error {
 	return nil
 }
 
+// load imports rebuilt images into the nodes of the running cluster, for "make redeploy".
+func load(ctx context.Context, c config) error {
+	nodes, err := c.existingNodes()
+	if err != nil {
+		return err
+	}
+	if len(nodes) == 0 {
+		return fmt.Errorf("no local cluster is up: run 'make up' first")
+	}
+	if err := c.importImages(ctx, nodes); err != nil {
+		return err
+	}
+	logf("imported %d image(s) into %d node(s)", len(c.images), len(nodes))
+	return nil
+}
+
 func (c config) checkMachine() error {
 	if os.Geteuid() != 0 {
 		return errors.New("must run as root: it creates network namespaces, mounts and cgroups")
@@ -245,6 +261,11 @@ state = %[2]q
 			return err
 		}
 	}
+	return c.importImages(ctx, nodes)
+}
+
+// importImages waits for each node's containerd and imports the images into it.
+func (c config) importImages(ctx context.Context, nodes []node) error {
 	for _, n := range nodes {
 		sock := c.containerdSocket(n)
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {

@@ -46,7 +46,17 @@ func TestValidation(t *testing.T) {
 					Size: resource.MustParse("2Gi"), StorageClassName: ptr.To("fast")}}}
 				v.Spec.Nodes = v1alpha1.NodesSpec{Shared: true, Promotions: []v1alpha1.NodePromotion{{Name: "gpu", Count: 2,
 					Selector: metav1.LabelSelector{MatchLabels: map[string]string{"gpu": "true"}}}}}
+				v.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "platform-ca", Kind: "ClusterIssuer"}}
 			})},
+			{name: "external issuer", vc: vc("external-issuer", func(v *v1alpha1.VirtualCluster) {
+				v.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "pca", Kind: "AWSPCAClusterIssuer", Group: "awspca.cert-manager.io"}}
+			})},
+			{name: "cert-manager issuer of an unknown kind", vc: vc("issuer-kind", func(v *v1alpha1.VirtualCluster) {
+				v.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "ca", Kind: "Vault"}}
+			}), errHas: []string{"spec.pki.issuerRef", "issuerRef.kind must be Issuer or ClusterIssuer"}},
+			{name: "issuer name not a DNS name", vc: vc("issuer-name", func(v *v1alpha1.VirtualCluster) {
+				v.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "My_CA"}}
+			}), errHas: []string{"spec.pki.issuerRef.name"}},
 			{name: "name too long", vc: vc(strings.Repeat("a", 41), nil),
 				errHas: []string{"metadata.name must be at most 40 characters"}},
 			{name: "name with a dot", vc: vc("a.b", nil),
@@ -133,6 +143,9 @@ func TestValidation(t *testing.T) {
 		}{
 			{name: "scale control plane", mutate: func(v *v1alpha1.VirtualCluster) { v.Spec.ControlPlane.Replicas = ptr.To[int32](2) }},
 			{name: "change exposure", mutate: func(v *v1alpha1.VirtualCluster) { v.Spec.ControlPlane.Exposure.Type = v1alpha1.ExposureNodePort }},
+			{name: "add an issuer", mutate: func(v *v1alpha1.VirtualCluster) {
+				v.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "ca"}}
+			}, errHas: []string{"pki is immutable"}},
 			{name: "etcd replicas", mutate: func(v *v1alpha1.VirtualCluster) { v.Spec.Etcd.Replicas = 3 },
 				errHas: []string{"spec.etcd.replicas", "etcd.replicas is immutable"}},
 			{name: "etcd storage", mutate: func(v *v1alpha1.VirtualCluster) {

@@ -39,6 +39,7 @@ type VirtualCluster struct {
 
 // VirtualClusterSpec is the desired shape of a tenant's cluster. Every field has a default, so
 // an empty spec asks for a single-replica control plane reached through a ClusterIP Service.
+// +kubebuilder:validation:XValidation:rule="has(self.pki) == has(oldSelf.pki) && (!has(self.pki) || self.pki == oldSelf.pki)",message="pki is immutable: the issuer of the tenant's CA is chosen at creation"
 type VirtualClusterSpec struct {
 	// controlPlane configures the tenant's kube-apiserver, kube-controller-manager and
 	// kube-scheduler, which run together in each control-plane pod.
@@ -55,6 +56,49 @@ type VirtualClusterSpec struct {
 	// the host's shared capacity through a virtual node.
 	// +optional
 	Nodes NodesSpec `json:"nodes,omitzero"`
+
+	// pki chooses who issues the tenant's cluster CA, which signs the apiserver's serving
+	// certificate and every client certificate of the tenant. Unset: the operator's built-in
+	// PKI. Fixed at creation.
+	// +optional
+	PKI *PKISpec `json:"pki,omitempty"`
+}
+
+// PKISpec makes a cert-manager issuer the source of the tenant's cluster CA.
+type PKISpec struct {
+	// issuerRef names the cert-manager issuer that signs the tenant's cluster CA. The operator
+	// asks for it with a cert-manager Certificate (isCA, private key never rotated) named
+	// "<virtualcluster>-ca" in the VirtualCluster's namespace; the CA then signs the tenant's
+	// leaves, and cert-manager's renewals of it are followed. The etcd and front-proxy CAs,
+	// which no client outside the tenant's pods sees, stay built in.
+	// +required
+	IssuerRef IssuerReference `json:"issuerRef"`
+}
+
+// IssuerReference names a cert-manager issuer.
+// +kubebuilder:validation:XValidation:rule="self.group != 'cert-manager.io' || self.kind in ['Issuer', 'ClusterIssuer']",message="issuerRef.kind must be Issuer or ClusterIssuer for group cert-manager.io"
+type IssuerReference struct {
+	// name of the issuer.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// kind of the issuer: Issuer (in the VirtualCluster's namespace) or ClusterIssuer, or the
+	// kind of an external issuer.
+	// +optional
+	// +kubebuilder:default=Issuer
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind,omitempty"`
+
+	// group of the issuer: cert-manager.io for cert-manager's own issuers.
+	// +optional
+	// +kubebuilder:default=cert-manager.io
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Group string `json:"group,omitempty"`
 }
 
 // ControlPlaneSpec configures the control-plane pods.

@@ -34,6 +34,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.EtcdStorageApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ExposureSpec"):
 		return &apiv1alpha1.ExposureSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("IssuerReference"):
+		return &apiv1alpha1.IssuerReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LentNode"):
 		return &apiv1alpha1.LentNodeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NodePromotion"):
@@ -42,6 +44,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.NodesSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PersistentVolumeClaimStorage"):
 		return &apiv1alpha1.PersistentVolumeClaimStorageApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PKISpec"):
+		return &apiv1alpha1.PKISpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PoolNode"):
 		return &apiv1alpha1.PoolNodeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PoolNodeSpec"):

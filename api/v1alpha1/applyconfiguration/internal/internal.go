@@ -155,6 +155,20 @@ var schemaYAML = typed.YAMLObject(`types:
       default: ClusterIP
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.ExposureType
   scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.IssuerReference
+  map:
+    fields:
+    - name: group
+      type:
+        scalar: string
+      default: cert-manager.io
+    - name: kind
+      type:
+        scalar: string
+      default: Issuer
+    - name: name
+      type:
+        scalar: string
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.LentNode
   map:
     fields:
@@ -193,6 +207,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: shared
       type:
         scalar: boolean
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.PKISpec
+  map:
+    fields:
+    - name: issuerRef
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.IssuerReference
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.PersistentVolumeClaimStorage
   map:
     fields:
@@ -306,6 +326,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: nodes
       type:
         namedType: com.github.kubenest-io.kubenest.api.v1alpha1.NodesSpec
+    - name: pki
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.PKISpec
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.VirtualClusterStatus
   map:
     fields:

@@ -16,6 +16,10 @@ type VirtualClusterSpecApplyConfiguration struct {
 	// nodes says where the tenant's pods run: host nodes lent to the tenant (promotions) and
 	// the host's shared capacity through a virtual node.
 	Nodes *NodesSpecApplyConfiguration `json:"nodes,omitempty"`
+	// pki chooses who issues the tenant's cluster CA, which signs the apiserver's serving
+	// certificate and every client certificate of the tenant. Unset: the operator's built-in
+	// PKI. Fixed at creation.
+	PKI *PKISpecApplyConfiguration `json:"pki,omitempty"`
 }
 
 // VirtualClusterSpecApplyConfiguration constructs a declarative configuration of the VirtualClusterSpec type for use with
@@ -45,5 +49,13 @@ func (b *VirtualClusterSpecApplyConfiguration) WithEtcd(value *EtcdSpecApplyConf
 // If called multiple times, the Nodes field is set to the value of the last call.
 func (b *VirtualClusterSpecApplyConfiguration) WithNodes(value *NodesSpecApplyConfiguration) *VirtualClusterSpecApplyConfiguration {
 	b.Nodes = value
+	return b
+}
+
+// WithPKI sets the PKI field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PKI field is set to the value of the last call.
+func (b *VirtualClusterSpecApplyConfiguration) WithPKI(value *PKISpecApplyConfiguration) *VirtualClusterSpecApplyConfiguration {
+	b.PKI = value
 	return b
 }

@@ -331,8 +331,10 @@ func TestLifecycle(t *testing.T) {
 		if _, err := tc.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
 			t.Errorf("listing tenant namespaces with the admin kubeconfig: %v", err)
 		}
-		if _, err := tc.RbacV1().ClusterRoleBindings().Get(ctx, "kubenest:apiserver-kubelet-client", metav1.GetOptions{}); err != nil {
-			t.Errorf("tenant bootstrap RBAC: %v", err)
+		for _, crb := range []string{"kubenest:apiserver-kubelet-client", controlplane.PortalUsersGroup} {
+			if _, err := tc.RbacV1().ClusterRoleBindings().Get(ctx, crb, metav1.GetOptions{}); err != nil {
+				t.Errorf("tenant bootstrap RBAC: %v", err)
+			}
 		}
 	})
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/kubernetes"
@@ -118,6 +119,23 @@ func bootstrapTenant(ctx context.Context, client kubernetes.Interface) error {
 		if err := bind(b.name, b.role, b.kind, b.subject); err != nil {
 			return err
 		}
+	}
+	return bootstrapPortalUsers(ctx, client, labels)
+}
+
+// bootstrapPortalUsers binds the group of the portal's personal kubeconfigs to cluster-admin
+// in the tenant, so that they work with kubectl. The binding is created once and never
+// overwritten: the tenant's admin may narrow it (edit its subjects to revoke the group), and
+// the operator leaves that alone; a deleted binding comes back.
+func bootstrapPortalUsers(ctx context.Context, client kubernetes.Interface, labels map[string]string) error {
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: controlplane.PortalUsersGroup, Labels: labels},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: controlplane.PortalUsersGroup}},
+	}
+	_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{FieldManager: FieldOwner})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating tenant ClusterRoleBinding %s: %w", crb.Name, err)
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ GO_LDFLAGS := -s -w \
 	-X github.com/kubenest-io/kubenest/pkg/version.Version=$(VERSION)
 GO_BUILD := go build -ldflags '$(GO_LDFLAGS)'
 
-BINARIES := nest-operator nest-controlplane node-agent
+BINARIES := nest-operator nest-controlplane node-agent nest-portal
 
 # Images, built without Docker and imported into the local cluster's nodes.
 IMAGE_REPO ?= kubenest.io/kubenest
@@ -52,10 +52,12 @@ HELM_VERSION := v4.3.1
 HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
 NODES ?= 2
 # The chart as the local cluster runs it: images imported (never pulled), the node agents run
-# by "local up" instead of the installer DaemonSet, test-only annotations honoured.
+# by "local up" instead of the installer DaemonSet, test-only annotations honoured, the portal on
+# a NodePort (the e2e finds its port on the Service).
 HELM_INSTALL = $(HELM) upgrade --install kubenest charts/kubenest --kubeconfig _output/host.kubeconfig \
 	--namespace kubenest-system --create-namespace --set image.tag=$(VERSION) --set image.pullPolicy=Never \
-	--set nodeAgent.install=false --set operator.allowTestAnnotations=true --wait --timeout 5m
+	--set nodeAgent.install=false --set operator.allowTestAnnotations=true \
+	--set portal.enabled=true --set portal.service.type=NodePort --wait --timeout 5m
 
 ##@ General
 
@@ -141,7 +143,7 @@ $(KUBE_BIN)/%:
 
 .PHONY: host-deps
 host-deps: ## Install the Debian packages the local cluster needs, when missing.
-	@missing=""; for p in containerd runc containernetworking-plugins iptables conntrack busybox-static; do \
+	@missing=""; for p in containerd runc containernetworking-plugins iptables conntrack busybox-static chromium; do \
 		dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 		if [ -n "$$missing" ]; then echo "installing$$missing"; apt-get install -y $$missing; fi
 

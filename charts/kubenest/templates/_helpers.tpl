@@ -19,3 +19,9 @@ app.kubernetes.io/name: {{ include "kubenest.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end -}}
+
+{{- define "kubenest.portalSelector" -}}
+app.kubernetes.io/name: {{ include "kubenest.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: portal
+{{- end -}}

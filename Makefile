@@ -51,6 +51,7 @@ COREDNS := $(CACHE_DIR)/bin/coredns-$(COREDNS_VERSION)
 HELM_VERSION := v4.3.1
 HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
 NODES ?= 2
+CERT_MANAGER_CRDS = $(shell go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)/deploy/crds
 # The chart as the local cluster runs it: images imported (never pulled), the node agents run
 # by "local up" instead of the installer DaemonSet, test-only annotations honoured, the portal on
 # a NodePort (the e2e finds its port on the Service).
@@ -117,6 +118,12 @@ $(IMAGES_DIR)/kubenest.tar: $(addprefix $(BIN_DIR)/,$(BINARIES))
 $(IMAGES_DIR)/pause.tar: $(BIN_DIR)/pause
 	go run ./hack/build-image --ref $(PAUSE_IMAGE) --out $@ --file /pause=$< --entrypoint /pause --user 65535:65535
 
+# cert-manager's controllers, test-only: "make up" runs them so tenants can use a cert-manager
+# issuer (spec.pki). Not part of the image.
+$(BIN_DIR)/certmanager: FORCE
+	@mkdir -p $(BIN_DIR)
+	go build -ldflags '-s -w' -o $@ ./test/e2e/certmanager
+
 $(BIN_DIR)/pause: FORCE
 	@mkdir -p $(BIN_DIR)
 	go build -ldflags '-s -w' -o $@ ./hack/pause
@@ -148,9 +155,10 @@ host-deps: ## Install the Debian packages the local cluster needs, when missing.
 		if [ -n "$$missing" ]; then echo "installing$$missing"; apt-get install -y $$missing; fi
 
 .PHONY: up
-up: host-deps build image $(KUBE_BINARIES) $(HELM) ## Bring up a local host cluster, install KubeNest with Helm and create the demo tenant.
+up: host-deps build image $(KUBE_BINARIES) $(HELM) $(BIN_DIR)/certmanager ## Bring up a local host cluster, install KubeNest with Helm and create the demo tenant.
 	go run ./test/e2e/local up --kube-bin $(KUBE_BIN) --nest-controlplane $(BIN_DIR)/nest-controlplane \
 		--node-agent $(CURDIR)/$(BIN_DIR)/node-agent \
+		--cert-manager $(CURDIR)/$(BIN_DIR)/certmanager --cert-manager-crds $(CERT_MANAGER_CRDS) \
 		$(addprefix --image ,$(IMAGE_TARS)) --nodes $(NODES)
 	$(HELM_INSTALL)
 	$(KUBECTL) apply --server-side -f test/e2e/testdata/demo.yaml

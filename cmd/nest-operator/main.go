@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -111,6 +112,11 @@ Flags:
 		return err
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	// cert-manager's kinds, for tenants whose CA a cert-manager issuer signs (spec.pki). They
+	// are read directly, never cached, so a host without cert-manager runs the operator too.
+	if err := cmapi.AddToScheme(scheme); err != nil {
 		return err
 	}
 	cfg, err := ctrl.GetConfig()

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"go.etcd.io/etcd/server/v3/embed"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -54,6 +55,7 @@ type Options struct {
 func init() {
 	utilruntime.Must(v1alpha1.AddToScheme(scheme.Scheme))
 	utilruntime.Must(apiextensionsv1.AddToScheme(scheme.Scheme))
+	utilruntime.Must(cmapi.AddToScheme(scheme.Scheme))
 }
 
 // Start runs etcd, kube-apiserver and the chosen controllers until the test ends, with
@@ -100,6 +102,17 @@ func Start(t *testing.T, opts Options) *Env {
 		t.Cleanup(kcm.TearDownFn)
 	}
 	return env
+}
+
+// WriteKubeconfig writes a kubeconfig for the cluster admin into the test's temporary
+// directory and returns its path, for components that take a kubeconfig file.
+func (e *Env) WriteKubeconfig(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := writeKubeconfig(e.Config, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // RepoRoot is the root of this repository.

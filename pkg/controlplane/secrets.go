@@ -64,6 +64,7 @@ func ControlPlaneCertsSecret(vc *v1alpha1.VirtualCluster, a *Authorities, l Leav
 		LeafFrontProxyClient, LeafControllerManager, LeafScheduler); err != nil {
 		return nil, err
 	}
+	data[LeafAPIServer.CertFile()] = append(data[LeafAPIServer.CertFile()], a.caChain()...)
 	local := fmt.Sprintf("https://127.0.0.1:%d", APIServerPort)
 	for key, leaf := range map[string]Leaf{
 		KeyControllerManagerKubeconfig: LeafControllerManager,

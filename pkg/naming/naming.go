@@ -96,6 +96,14 @@ func (n Names) APIServerService() string { return Join(n.vc, "apiserver") }
 // service-account signing key. Only the operator reads it.
 func (n Names) CASecret() string { return Join(n.vc, "ca") }
 
+// CACertificate is the cert-manager Certificate that asks a tenant's issuer (spec.pki) for its
+// cluster CA.
+func (n Names) CACertificate() string { return Join(n.vc, "ca") }
+
+// IssuedCASecret is where cert-manager writes the cluster CA it issued; the operator copies it
+// into the CA Secret.
+func (n Names) IssuedCASecret() string { return Join(n.vc, "ca-issued") }
+
 // EtcdCertsSecret holds the etcd members' serving and peer certificates.
 func (n Names) EtcdCertsSecret() string { return Join(n.vc, "etcd-certs") }
 

@@ -46,6 +46,9 @@ const (
 	deletionRetryInterval = time.Second
 	// endpointRetryInterval: waiting for a node address or a load balancer.
 	endpointRetryInterval = 5 * time.Second
+	// issuerRetryInterval: waiting for a cert-manager issuer to exist, be ready or issue the
+	// tenant's CA. The issued Secret itself is watched.
+	issuerRetryInterval = 5 * time.Second
 )
 
 // Reconciler reconciles VirtualClusters.
@@ -96,8 +99,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
-		Owns(&corev1.Secret{}).
-		Watches(&corev1.Pod{}, podToVirtualCluster()).
+		// Secrets by label, not owner: cert-manager's Secret of the tenant's CA carries the
+		// tenant's labels but is owned by nobody.
+		Watches(&corev1.Secret{}, byVirtualClusterLabel()).
+		Watches(&corev1.Pod{}, byVirtualClusterLabel()).
 		Watches(&v1alpha1.PoolNode{}, r.poolNodeToVirtualClusters()).
 		WithOptions(opts).
 		Named("virtualcluster").
@@ -165,8 +170,16 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	}
 
 	pki, err := r.reconcilePKI(ctx, vc, exposure, conds)
-	if err != nil || pki == nil {
+	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if pki == nil {
+		// Waiting for cert-manager (spec.pki) is looked at again: an issuer may be created or
+		// become ready without anything this controller watches changing.
+		if vc.Spec.PKI != nil {
+			return reconcile.Result{RequeueAfter: issuerRetryInterval}, nil
+		}
+		return reconcile.Result{}, nil
 	}
 
 	// etcd reads its certificate files at every TLS handshake, so renewed leaves reach it
@@ -302,8 +315,9 @@ func (r *Reconciler) poolNodeToVirtualClusters() handler.EventHandler {
 	})
 }
 
-// podToVirtualCluster maps a tenant component's pod to its VirtualCluster, by its label.
-func podToVirtualCluster() handler.EventHandler {
+// byVirtualClusterLabel maps a tenant's host object (a component's pod, a Secret) to its
+// VirtualCluster, by its label.
+func byVirtualClusterLabel() handler.EventHandler {
 	return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		name := obj.GetLabels()[naming.LabelVirtualCluster]
 		if name == "" {

@@ -57,6 +57,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 	if away > 0 {
 		return r.deleting(ctx, vc, fmt.Sprintf("deleting the tenant: waiting for %d lent nodes to return to the host", away))
 	}
+	if err := r.deleteCACertificate(ctx, vc); err != nil {
+		return reconcile.Result{}, err
+	}
 	selector := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
 	remaining := 0
 	for _, k := range tenantKinds {

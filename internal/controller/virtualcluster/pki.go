@@ -163,13 +163,23 @@ func (r *Reconciler) settingsFor(vc *v1alpha1.VirtualCluster) (controlplane.Sett
 // takes the step of a CA rotation the kubenest.io/ca-rotation annotation asks for; a step
 // that cannot be taken is returned as problem. An existing but unusable CA Secret is reported
 // and left alone (nil): replacing a CA would cut off every client the tenant has.
+//
+// With a cert-manager issuer (spec.pki), the cluster CA is the one cert-manager issued: nil
+// until it is there, then copied into the CA Secret, and again whenever cert-manager renews
+// it. Its rotation is cert-manager's, so the CA rotation annotation is refused.
 func (r *Reconciler) authorities(ctx context.Context, vc *v1alpha1.VirtualCluster, conds conditions) (auth *controlplane.Authorities, problem string, err error) {
 	log := ctrl.LoggerFrom(ctx)
+	var issued *pki.KeyPair
+	if vc.Spec.PKI != nil {
+		if issued, err = r.issuedCA(ctx, vc, conds); err != nil || issued == nil {
+			return nil, "", err
+		}
+	}
 	name := naming.For(vc.Name).CASecret()
 	s := &corev1.Secret{}
 	err = r.APIReader.Get(ctx, types.NamespacedName{Namespace: vc.Namespace, Name: name}, s)
 	if apierrors.IsNotFound(err) {
-		return r.createAuthorities(ctx, vc, conds)
+		return r.createAuthorities(ctx, vc, issued, conds)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("reading CA Secret: %w", err)
@@ -186,12 +196,26 @@ func (r *Reconciler) authorities(ctx context.Context, vc *v1alpha1.VirtualCluste
 		return nil, "", err
 	}
 	step := vc.Annotations[v1alpha1.AnnotationCARotation]
-	stepped, serr := auth.StepCARotation(step, vc.Name, conds.now)
+	var stepped, adopted bool
+	var serr error
+	if issued != nil {
+		var newKey bool
+		if adopted, newKey = auth.AdoptIssuedCA(issued); newKey {
+			log.Info("cert-manager issued a CA with a new key: every certificate is issued again", "certificate", naming.For(vc.Name).CACertificate())
+			r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "NewCAKey", "Reconcile",
+				"cert-manager issued the tenant's CA with a new key; kubeconfigs fetched before no longer trust the apiserver")
+		}
+		if step != "" {
+			serr = fmt.Errorf("%s: this tenant's CA comes from cert-manager (spec.pki.issuerRef) and follows its renewals; rotate it there", v1alpha1.AnnotationCARotation)
+		}
+	} else {
+		stepped, serr = auth.StepCARotation(step, vc.Name, conds.now)
+	}
 	if serr != nil {
 		problem = serr.Error()
 		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "CARotationRefused", "Reconcile", "%s", problem)
 	}
-	if !added && !stepped {
+	if !added && !stepped && !adopted {
 		return auth, problem, nil
 	}
 	data, err := auth.SecretData()
@@ -206,6 +230,9 @@ func (r *Reconciler) authorities(ctx context.Context, vc *v1alpha1.VirtualCluste
 	if added {
 		log.Info("added the kubelet signer to the tenant's authorities", "secret", name)
 	}
+	if adopted {
+		log.Info("took the CA cert-manager issued", "notAfter", issued.Cert.NotAfter)
+	}
 	if stepped {
 		log.Info("CA rotation step taken", "step", step, "now", auth.CARotation())
 		r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "CARotation", "Reconcile", "CA rotation: %s done", step)
@@ -213,11 +240,15 @@ func (r *Reconciler) authorities(ctx context.Context, vc *v1alpha1.VirtualCluste
 	return auth, problem, nil
 }
 
-// createAuthorities makes a new tenant's authorities.
-func (r *Reconciler) createAuthorities(ctx context.Context, vc *v1alpha1.VirtualCluster, conds conditions) (*controlplane.Authorities, string, error) {
+// createAuthorities makes a new tenant's authorities, with the cluster CA cert-manager issued
+// when there is one.
+func (r *Reconciler) createAuthorities(ctx context.Context, vc *v1alpha1.VirtualCluster, issued *pki.KeyPair, conds conditions) (*controlplane.Authorities, string, error) {
 	auth, err := controlplane.NewAuthorities(vc.Name, conds.now)
 	if err != nil {
 		return nil, "", err
+	}
+	if issued != nil {
+		auth.AdoptIssuedCA(issued)
 	}
 	secret, err := controlplane.CASecret(vc, auth)
 	if err != nil {

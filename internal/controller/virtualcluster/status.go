@@ -32,6 +32,9 @@ const (
 	ReasonWaitingForAPIServer = "WaitingForAPIServer"
 	ReasonNotEnoughNodes      = "NotEnoughNodes"
 	ReasonLending             = "Lending"
+	ReasonCertManagerMissing  = "CertManagerMissing"
+	ReasonIssuerNotReady      = "IssuerNotReady"
+	ReasonCAPending           = "CAPending"
 )
 
 // conditions sets the conditions of one status, each stamped with the generation it describes.
@@ -81,6 +84,11 @@ func (c conditions) certificatesIssued(leaves controlplane.Leaves, caProblem str
 func (c conditions) caInvalid(problem string) {
 	c.set(v1alpha1.ConditionCertificatesReady, false, ReasonCAInvalid,
 		"the tenant's CA Secret is unusable ("+problem+"); it is never replaced automatically, see the CA rotation procedure")
+}
+
+// caNotIssued says why the CA a cert-manager issuer is asked for is not there yet.
+func (c conditions) caNotIssued(reason, message string) {
+	c.set(v1alpha1.ConditionCertificatesReady, false, reason, message)
 }
 
 // etcd reports the etcd StatefulSet's readiness; problem is what its pods are waiting for.

@@ -38,10 +38,13 @@ type config struct {
 	kubeBin  string // kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl
 	etcdBin  string // nest-controlplane, whose "etcd" subcommand is embedded etcd
 	agentBin string // node-agent, which runs each node's kubelet
-	lendable []string
-	images   []string
-	addons   string // directory of add-on manifests applied after the nodes are Ready
-	nodes    int
+	// certManager, when set, is test/e2e/certmanager: cert-manager's controllers, test-only.
+	certManager     string
+	certManagerCRDs string
+	lendable        []string
+	images          []string
+	addons          string // directory of add-on manifests applied after the nodes are Ready
+	nodes           int
 }
 
 type stringList []string
@@ -64,6 +67,8 @@ func main() {
 	fs.StringVar(&cfg.kubeBin, "kube-bin", "", "Directory of kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy and kubectl.")
 	fs.StringVar(&cfg.etcdBin, "nest-controlplane", "", "nest-controlplane binary; its etcd subcommand runs the host's etcd.")
 	fs.StringVar(&cfg.agentBin, "node-agent", "", "node-agent binary; it runs each node's kubelet.")
+	fs.StringVar(&cfg.certManager, "cert-manager", "", "Test-only cert-manager program (test/e2e/certmanager) to run against the cluster; empty runs none.")
+	fs.StringVar(&cfg.certManagerCRDs, "cert-manager-crds", "", "Directory of cert-manager's CRDs, for --cert-manager.")
 	var lendable stringList
 	fs.Var(&lendable, "lendable", "Node labelled kubenest.io/lendable=true, which tenants may borrow. Repeatable; default the last node when there are two or more.")
 	fs.Var(&images, "image", "Image tarball to import into every node. Repeatable.")

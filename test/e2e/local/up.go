@@ -37,6 +37,12 @@ func up(ctx context.Context, c config) error {
 		{"wait for the nodes to be Ready", func() error { return c.waitNodes(ctx, len(nodes)) }},
 		{"install the add-ons (CoreDNS)", func() error { return c.installAddons(ctx) }},
 	}
+	if c.certManager != "" {
+		steps = append(steps, struct {
+			name string
+			do   func() error
+		}{"start cert-manager's controllers (test-only)", func() error { return c.startCertManager(ctx) }})
+	}
 	for i, s := range steps {
 		start := time.Now()
 		logf("step %d/%d: %s", i+1, len(steps), s.name)
@@ -47,6 +53,26 @@ func up(ctx context.Context, c config) error {
 	}
 	logf("host cluster up: %d nodes; kubeconfig %s", len(nodes), c.hostKubeconfig())
 	return nil
+}
+
+// startCertManager runs cert-manager's controllers as a process of this machine and waits
+// until its kinds are served.
+func (c config) startCertManager(ctx context.Context) error {
+	args := []string{"--kubeconfig", c.hostKubeconfig()}
+	if c.certManagerCRDs != "" {
+		args = append(args, "--crds", c.certManagerCRDs)
+	}
+	if err := c.startSupervised("cert-manager", "", c.certManager, args...); err != nil {
+		return err
+	}
+	client, err := c.client()
+	if err != nil {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		_, err := client.Discovery().ServerResourcesForGroupVersion("cert-manager.io/v1")
+		return err == nil, nil
+	})
 }
 
 // load imports rebuilt images into the nodes of the running cluster, for "make redeploy".

@@ -1,0 +1,154 @@
+package controlplane_test
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"testing"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/pki"
+)
+
+// intermediate is what a cert-manager CA issuer hands out for the tenant's Certificate: a CA
+// signed by the platform's root, valid from notBefore for validity, with key.
+func intermediate(t *testing.T, root *pki.KeyPair, key crypto.Signer, notBefore time.Time, validity time.Duration) *pki.KeyPair {
+	t.Helper()
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: vcName + "-ca"},
+		NotBefore: notBefore, NotAfter: notBefore.Add(validity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, root.Cert, key.Public(), root.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pki.KeyPair{Cert: cert, Key: key}
+}
+
+func TestCACertificate(t *testing.T) {
+	vc := newVC(func(vc *v1alpha1.VirtualCluster) {
+		vc.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "platform", Kind: "ClusterIssuer", Group: "cert-manager.io"}}
+	})
+	c, err := controlplane.CACertificate(vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Spec.IsCA || c.Spec.PrivateKey.RotationPolicy != cmapi.RotationPolicyNever {
+		t.Errorf("want a CA whose key is never rotated, got isCA=%v rotationPolicy=%q", c.Spec.IsCA, c.Spec.PrivateKey.RotationPolicy)
+	}
+	if c.Spec.IssuerRef.Name != "platform" || c.Spec.IssuerRef.Kind != "ClusterIssuer" || c.Spec.IssuerRef.Group != "cert-manager.io" {
+		t.Errorf("issuerRef %+v", c.Spec.IssuerRef)
+	}
+	if c.Spec.SecretTemplate.Labels["kubenest.io/virtualcluster"] != vcName || c.Namespace != vcNS || len(c.OwnerReferences) != 1 {
+		t.Errorf("the Certificate and its Secret must be the tenant's: labels %v, owners %v", c.Spec.SecretTemplate.Labels, c.OwnerReferences)
+	}
+	if _, err := controlplane.CACertificate(newVC()); err == nil {
+		t.Error("no spec.pki: want an error")
+	}
+}
+
+// TestIssuedCA follows a tenant whose CA cert-manager issues: the leaves chain to the
+// platform's root, a renewal with the same key keeps every leaf and client valid, a new key
+// reissues every leaf.
+func TestIssuedCA(t *testing.T) {
+	root, err := pki.NewCA("platform-root", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issued := intermediate(t, root, key, now.Add(-time.Minute), 90*24*time.Hour)
+	keyPEM, err := issued.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := map[string][]byte{corev1.TLSCertKey: issued.CertPEM(), corev1.TLSPrivateKeyKey: keyPEM}
+	ca, err := controlplane.IssuedCA(data, now)
+	if err != nil {
+		t.Fatalf("IssuedCA: %v", err)
+	}
+	if _, err := controlplane.IssuedCA(map[string][]byte{corev1.TLSCertKey: issued.CertPEM()}, now); err == nil {
+		t.Error("a Secret without tls.key: want an error")
+	}
+	if _, err := controlplane.IssuedCA(data, now.Add(91*24*time.Hour)); err == nil {
+		t.Error("an expired CA: want an error")
+	}
+
+	a := newAuthorities(t)
+	if changed, newKey := a.AdoptIssuedCA(ca); !changed || !newKey {
+		t.Fatalf("first adoption: changed=%v newKey=%v, want both", changed, newKey)
+	}
+	if changed, _ := a.AdoptIssuedCA(ca); changed {
+		t.Error("adopting the same CA again changed something")
+	}
+	vc := newVC()
+	specs := leafSpecs(t, vc, controlplane.DefaultSettings(), controlplane.Exposure{ClusterIP: "10.96.0.20"})
+	leaves, _ := ensure(t, a, specs, nil, now)
+
+	// The apiserver serves its certificate with the tenant CA after it, so a client that
+	// trusts only the platform's root verifies it.
+	cp, err := controlplane.ControlPlaneCertsSecret(vc, a, leaves)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := cp.Data[controlplane.LeafAPIServer.CertFile()]
+	var certs []*x509.Certificate
+	for block, rest := pem.Decode(chain); block != nil; block, rest = pem.Decode(rest) {
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certs = append(certs, c)
+	}
+	if len(certs) != 2 || !certs[1].Equal(issued.Cert) {
+		t.Fatalf("apiserver.crt holds %d certificates, want the leaf and the issued CA", len(certs))
+	}
+	roots, inters := x509.NewCertPool(), x509.NewCertPool()
+	roots.AddCert(root.Cert)
+	inters.AddCert(certs[1])
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inters, CurrentTime: now}); err != nil {
+		t.Errorf("apiserver certificate does not chain to the issuer's root: %v", err)
+	}
+
+	// cert-manager renews the CA, keeping its key: nothing is reissued.
+	renewed := intermediate(t, root, key, now.Add(30*24*time.Hour), 90*24*time.Hour)
+	later := now.Add(31 * 24 * time.Hour)
+	if changed, newKey := a.AdoptIssuedCA(renewed); !changed || newKey {
+		t.Fatalf("renewal: changed=%v newKey=%v, want changed with the same key", changed, newKey)
+	}
+	if _, reissued := ensure(t, a, specs, stored(t, vc, a, leaves), later); len(reissued) > 0 {
+		t.Errorf("leaves reissued after a renewal that kept the key: %v", reissued)
+	}
+
+	// A new key is a new CA: every leaf it signs is issued again (etcd's and the front
+	// proxy's have their own CAs).
+	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if _, newKey := a.AdoptIssuedCA(intermediate(t, root, other, now, 90*24*time.Hour)); !newKey {
+		t.Fatal("a CA with another key: want newKey")
+	}
+	_, reissued := ensure(t, a, specs, stored(t, vc, a, leaves), now)
+	for leaf, spec := range specs {
+		if _, ok := reissued[leaf]; ok != (spec.Issuer == controlplane.IssuerCA) {
+			t.Errorf("after a new CA key: %s reissued=%v", leaf, ok)
+		}
+	}
+}

@@ -174,6 +174,8 @@ up: host-deps build image $(KUBE_BINARIES) $(HELM) $(BIN_DIR)/certmanager ## Bri
 .PHONY: redeploy
 redeploy: build $(IMAGES_DIR)/kubenest.tar $(HELM) ## Rebuild the KubeNest image, load it into the running local cluster and roll the chart's pods.
 	go run ./test/e2e/local load --image $(IMAGES_DIR)/kubenest.tar
+	@# Helm installs CRDs but never upgrades them.
+	$(KUBECTL) apply --server-side --force-conflicts -f charts/kubenest/crds
 	$(HELM_INSTALL)
 	$(KUBECTL) -n kubenest-system rollout restart deployment
 	$(KUBECTL) -n kubenest-system rollout status deployment --timeout 3m

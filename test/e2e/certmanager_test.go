@@ -1,0 +1,110 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net/url"
+	"testing"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/naming"
+)
+
+// certManagerNamespace is where the local cluster's cert-manager keeps ClusterIssuer Secrets.
+const certManagerNamespace = "cert-manager"
+
+// TestCertManagerIssuer: a tenant whose issuer is a cert-manager CA ClusterIssuer (cert-manager's
+// real controllers run in the local cluster) becomes Ready, its apiserver's certificate
+// chains to the ClusterIssuer's root, kubectl works, and deleting it leaves nothing behind.
+func TestCertManagerIssuer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	ns := createNamespace(t, ctx, "e2e-cert-manager")
+
+	// The platform's CA: a self-signed root and a CA ClusterIssuer that signs with it.
+	selfSigned := cmmeta.IssuerReference{Name: "e2e-selfsigned", Kind: cmapi.ClusterIssuerKind, Group: "cert-manager.io"}
+	platform := []client.Object{
+		&cmapi.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: selfSigned.Name},
+			Spec: cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{SelfSigned: &cmapi.SelfSignedIssuer{}}}},
+		&cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Name: "e2e-platform-root", Namespace: certManagerNamespace},
+			Spec: cmapi.CertificateSpec{IsCA: true, CommonName: "e2e-platform-root", SecretName: "e2e-platform-root", IssuerRef: selfSigned,
+				PrivateKey: &cmapi.CertificatePrivateKey{Algorithm: cmapi.ECDSAKeyAlgorithm, Size: 256}}},
+		&cmapi.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "e2e-platform-ca"},
+			Spec: cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{CA: &cmapi.CAIssuer{SecretName: "e2e-platform-root"}}}},
+	}
+	for _, obj := range platform {
+		if err := host.Create(ctx, obj); err != nil {
+			t.Fatalf("creating %s: %v (is the local cluster's cert-manager running? 'make up' starts it)", obj.GetName(), err)
+		}
+		t.Cleanup(func() { _ = host.Delete(context.Background(), obj) })
+	}
+	t.Cleanup(func() {
+		_ = host.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "e2e-platform-root", Namespace: certManagerNamespace}})
+	})
+
+	vc := newVC(ns, "issued", v1alpha1.ExposureNodePort)
+	vc.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "e2e-platform-ca", Kind: cmapi.ClusterIssuerKind}}
+	start := time.Now()
+	if err := host.Create(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	if vc.Spec.PKI == nil {
+		t.Fatal("spec.pki was dropped: the cluster's VirtualCluster CRD is older than this test (Helm never upgrades CRDs; 'make redeploy' applies them)")
+	}
+	got := waitReady(t, ctx, vc)
+	t.Logf("tenant with a cert-manager CA Ready in %s", time.Since(start).Round(100*time.Millisecond))
+
+	// A client that trusts only the ClusterIssuer's root verifies the apiserver: it serves
+	// its certificate with the tenant CA cert-manager issued.
+	root := &corev1.Secret{}
+	if err := host.Get(ctx, types.NamespacedName{Namespace: certManagerNamespace, Name: "e2e-platform-root"}, root); err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(root.Data[corev1.TLSCertKey]) {
+		t.Fatal("the root Secret holds no certificate")
+	}
+	endpoint, err := url.Parse(got.Status.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.Dial("tcp", endpoint.Host, &tls.Config{RootCAs: roots, ServerName: endpoint.Hostname()})
+	if err != nil {
+		t.Fatalf("TLS to the tenant apiserver %s, trusting only the ClusterIssuer's root: %v", endpoint.Host, err)
+	}
+	chain := conn.ConnectionState().VerifiedChains[0]
+	_ = conn.Close()
+	if len(chain) != 3 || chain[1].Subject.CommonName != vc.Name+"-ca" || chain[2].Subject.CommonName != "e2e-platform-root" {
+		var names []string
+		for _, c := range chain {
+			names = append(names, c.Subject.CommonName)
+		}
+		t.Errorf("verified chain %v, want apiserver -> %s-ca -> e2e-platform-root", names, vc.Name)
+	}
+
+	kubeconfig := downloadKubeconfig(t, ctx, vc)
+	kubectl(t, "--kubeconfig", kubeconfig, "get", "namespace", "kube-system")
+
+	deleteAndCheckGone(t, ctx, vc)
+	names := naming.For(vc.Name)
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: names.CACertificate()}, &cmapi.Certificate{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("the tenant's cert-manager Certificate remains after deletion")
+	}
+}

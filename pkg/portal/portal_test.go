@@ -248,6 +248,11 @@ func TestPortal(t *testing.T) {
 				t.Errorf("%s CSRF token: %d", name, resp.StatusCode)
 			}
 		}
+		// What a browser sends for a form of the portal's own page passes.
+		resp, _ := a.postWith(t, "/namespaces", url.Values{"csrf": {a.csrf}, "namespace": {"team-a"}}, http.Header{"Origin": {w.url}})
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Errorf("same-origin form with its CSRF token: %d", resp.StatusCode)
+		}
 		// Another user's token is no good either.
 		b := w.signIn(t, w.bob)
 		form.Set("csrf", b.csrf)

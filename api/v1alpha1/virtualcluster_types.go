@@ -368,6 +368,14 @@ type VirtualClusterStatus struct {
 	// +kubebuilder:validation:MaxLength=64
 	Version string `json:"version,omitempty"`
 
+	// serviceCIDR is the range the tenant's Services get their ClusterIPs from: a slice of the
+	// operator's tenant Service range, registered in the host as a ServiceCIDR so that the
+	// tenant's Services keep their ClusterIPs in the host's data plane too. Fixed for the
+	// tenant's life.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+
 	// nodes are the host nodes lent to the tenant, and where each is.
 	// +optional
 	// +listType=map

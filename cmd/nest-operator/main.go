@@ -78,7 +78,8 @@ Flags:
 	fs.StringVar(&settings.Image, "controlplane-image", settings.Image, "Image the tenant pods run (it holds nest-controlplane).")
 	fs.StringVar(&pullPolicy, "image-pull-policy", string(settings.ImagePullPolicy), "Pull policy of the tenant pods: Always, IfNotPresent or Never.")
 	fs.StringVar(&settings.HostClusterDomain, "host-cluster-domain", settings.HostClusterDomain, "DNS domain of the host cluster, for the Service names in tenant certificates.")
-	fs.StringVar(&settings.ServiceCIDR, "tenant-service-cidr", settings.ServiceCIDR, "Range tenants' Services get ClusterIPs from; must not overlap the host's Service or pod ranges.")
+	fs.StringVar(&settings.ServiceCIDRPool, "tenant-service-cidr", settings.ServiceCIDRPool, "Range tenants' Services get ClusterIPs from, a slice per tenant (registered in the host as a ServiceCIDR); must not overlap the host's Service or pod ranges.")
+	fs.IntVar(&settings.ServiceCIDRPrefix, "tenant-service-cidr-prefix", settings.ServiceCIDRPrefix, "Prefix length of each tenant's slice of --tenant-service-cidr: /24 gives each tenant 254 ClusterIPs, and a /16 range 256 tenants.")
 	fs.StringVar(&nodePortAddress, "nodeport-address", "", "Address in NodePort endpoints and certificates; empty uses the address of the oldest Ready host node.")
 	fs.StringVar(&virtualNodeAddress, "virtual-node-address", os.Getenv("POD_IP"), "IP tenants' apiservers reach the shared virtual nodes' kubelet API at: this pod's IP (the chart sets $POD_IP). Empty runs no virtual node.")
 	fs.StringVar(&virtualNodeName, "virtual-node-name", "kubenest-shared", "Name of the shared virtual node in every tenant.")
@@ -178,10 +179,6 @@ Flags:
 	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: workers}); err != nil {
 		return fmt.Errorf("setting up the VirtualCluster controller: %w", err)
 	}
-	dns, err := settings.DNSServiceIP()
-	if err != nil {
-		return err
-	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -191,7 +188,6 @@ Flags:
 		APIReader:     mgr.GetAPIReader(),
 		Kube:          kube,
 		Namespace:     namespace,
-		TenantDNS:     dns.String(),
 		ClusterDomain: controlplane.TenantClusterDomain,
 		Tenants:       tenantclient.Source{Reader: mgr.GetClient()},
 		Recorder:      mgr.GetEventRecorder("kubenest-poolnode"),

@@ -661,3 +661,37 @@ func duplicates(in []string) []string {
 func equalData(a, b map[string][]byte) bool {
 	return maps.EqualFunc(a, b, bytes.Equal)
 }
+
+func TestNextServiceCIDR(t *testing.T) {
+	used := map[string]bool{}
+	for _, want := range []string{"10.254.0.0/24", "10.254.1.0/24", "10.254.2.0/24"} {
+		got, err := controlplane.NextServiceCIDR("10.254.0.0/16", 24, used)
+		if err != nil || got != want {
+			t.Fatalf("got %q, %v; want %s", got, err, want)
+		}
+		used[got] = true
+	}
+	delete(used, "10.254.1.0/24")
+	if got, _ := controlplane.NextServiceCIDR("10.254.0.0/16", 24, used); got != "10.254.1.0/24" {
+		t.Errorf("a freed slice is reused first: got %s", got)
+	}
+	if got, _ := controlplane.NextServiceCIDR("fd00:10::/108", 112, nil); got != "fd00:10::/112" {
+		t.Errorf("IPv6: got %s", got)
+	}
+	full := map[string]bool{"10.254.0.0/25": true, "10.254.0.128/25": true}
+	for _, tc := range []struct {
+		pool   string
+		prefix int
+		used   map[string]bool
+		errHas string
+	}{
+		{"10.254.0.0/24", 25, full, "exhausted"},
+		{"10.254.0.0/16", 12, nil, "must be between /16"},
+		{"10.254.0.0/16", 30, nil, "at least 16 addresses"},
+		{"not-a-cidr", 24, nil, "pool"},
+	} {
+		if _, err := controlplane.NextServiceCIDR(tc.pool, tc.prefix, tc.used); err == nil || !strings.Contains(err.Error(), tc.errHas) {
+			t.Errorf("%s /%d: error %v, want one containing %q", tc.pool, tc.prefix, err, tc.errHas)
+		}
+	}
+}

@@ -7,6 +7,7 @@ package controlplane
 
 import (
 	"fmt"
+	"math/big"
 	"net"
 	"time"
 
@@ -22,8 +23,13 @@ type Settings struct {
 	ImagePullPolicy corev1.PullPolicy
 	// HostClusterDomain is the host cluster's DNS domain, for the Service names in certificates.
 	HostClusterDomain string
-	// ServiceCIDR is the range the tenant's Services get their ClusterIPs from.
+	// ServiceCIDR is the range the tenant's Services get their ClusterIPs from: for one
+	// tenant, its slice of ServiceCIDRPool (see ForTenant).
 	ServiceCIDR string
+	// ServiceCIDRPool is the range the operator gives tenants slices of, each a
+	// ServiceCIDRPrefix long: never overlapping each other, the host's Services or pods.
+	ServiceCIDRPool   string
+	ServiceCIDRPrefix int
 	// LeafValidity is how long leaf certificates are valid; zero means a year.
 	LeafValidity time.Duration
 }
@@ -35,6 +41,8 @@ func DefaultSettings() Settings {
 		ImagePullPolicy:   corev1.PullIfNotPresent,
 		HostClusterDomain: "cluster.local",
 		ServiceCIDR:       "10.254.0.0/16",
+		ServiceCIDRPool:   "10.254.0.0/16",
+		ServiceCIDRPrefix: 24,
 	}
 }
 
@@ -49,18 +57,59 @@ func (s Settings) Validate() error {
 	if _, err := s.kubernetesServiceIP(); err != nil {
 		return err
 	}
+	if _, err := NextServiceCIDR(s.ServiceCIDRPool, s.ServiceCIDRPrefix, nil); err != nil {
+		return err
+	}
 	if s.LeafValidity < 0 {
 		return fmt.Errorf("leaf certificate validity must not be negative")
 	}
 	return nil
 }
 
+// ForTenant is s for one tenant, whose Services take their ClusterIPs from serviceCIDR.
+func (s Settings) ForTenant(serviceCIDR string) Settings {
+	if serviceCIDR != "" {
+		s.ServiceCIDR = serviceCIDR
+	}
+	return s
+}
+
+// NextServiceCIDR is the first slice of pool, prefix bits long, that is not in used: the
+// Service range of a new tenant.
+func NextServiceCIDR(pool string, prefix int, used map[string]bool) (string, error) {
+	_, p, err := netutils.ParseCIDRSloppy(pool)
+	if err != nil {
+		return "", fmt.Errorf("tenant service CIDR pool %q: %w", pool, err)
+	}
+	ones, bits := p.Mask.Size()
+	if prefix < ones || prefix > bits-4 {
+		return "", fmt.Errorf("tenant service CIDR prefix /%d: must be between /%d (the pool's) and /%d, to hold at least 16 addresses", prefix, ones, bits-4)
+	}
+	if prefix-ones > 16 {
+		return "", fmt.Errorf("tenant service CIDR prefix /%d: at most 65536 slices of the pool %s", prefix, pool)
+	}
+	size := big.NewInt(1)
+	size.Lsh(size, uint(bits-prefix))
+	base := new(big.Int).SetBytes(p.IP)
+	for i := int64(0); i < int64(1)<<(prefix-ones); i++ {
+		ip := new(big.Int).Add(base, new(big.Int).Mul(size, big.NewInt(i))).FillBytes(make([]byte, len(p.IP)))
+		cidr := (&net.IPNet{IP: ip, Mask: net.CIDRMask(prefix, bits)}).String()
+		if !used[cidr] {
+			return cidr, nil
+		}
+	}
+	return "", fmt.Errorf("tenant service CIDR pool %s is exhausted: all %d slices of /%d are in use", pool, int64(1)<<(prefix-ones), prefix)
+}
+
 // DNSServiceIP is the ClusterIP of the tenant's cluster DNS Service: the tenth address of the
 // service range, as kubeadm does.
-func (s Settings) DNSServiceIP() (net.IP, error) {
-	_, cidr, err := netutils.ParseCIDRSloppy(s.ServiceCIDR)
+func (s Settings) DNSServiceIP() (net.IP, error) { return DNSServiceIP(s.ServiceCIDR) }
+
+// DNSServiceIP is the tenth address of a tenant's Service range, its cluster DNS Service's.
+func DNSServiceIP(serviceCIDR string) (net.IP, error) {
+	_, cidr, err := netutils.ParseCIDRSloppy(serviceCIDR)
 	if err != nil {
-		return nil, fmt.Errorf("tenant service CIDR %q: %w", s.ServiceCIDR, err)
+		return nil, fmt.Errorf("tenant service CIDR %q: %w", serviceCIDR, err)
 	}
 	return netutils.GetIndexedIP(cidr, 10)
 }

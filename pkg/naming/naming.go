@@ -5,6 +5,7 @@ package naming
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
 )
 
 // MaxLength is the longest name a derived object gets: a DNS label.
@@ -18,6 +19,9 @@ const (
 	// LabelVirtualCluster is set on every host object made for a VirtualCluster; its value is
 	// the VirtualCluster's name.
 	LabelVirtualCluster = "kubenest.io/virtualcluster"
+	// LabelVirtualClusterNamespace is set, next to LabelVirtualCluster, on cluster-scoped host
+	// objects made for a VirtualCluster (its ServiceCIDR).
+	LabelVirtualClusterNamespace = "kubenest.io/virtualcluster-namespace"
 	// LabelComponent tells the tenant's components apart: etcd, controlplane.
 	LabelComponent = "kubenest.io/component"
 	// LabelManagedBy marks what KubeNest created, for people and for selectors.
@@ -117,6 +121,13 @@ func (n Names) KubeletSignerSecret() string { return Join(n.vc, "kubelet-signer"
 // KubeconfigSecret holds the tenant's admin kubeconfig (key "value", the Cluster API
 // convention) and its in-cluster variant.
 func (n Names) KubeconfigSecret() string { return Join(n.vc, "kubeconfig") }
+
+// ServiceCIDR names the host ServiceCIDR that holds the tenant Service range cidr (for
+// example 10.254.3.0/24 gives kubenest-10-254-3-0-24). Named by the range, so creating it
+// claims the range: two tenants can never get the same one.
+func ServiceCIDR(cidr string) string {
+	return "kubenest-" + strings.NewReplacer(".", "-", "/", "-", ":", "-").Replace(cidr)
+}
 
 // Labels are the labels every host object of the VirtualCluster carries.
 func (n Names) Labels(component string) map[string]string {

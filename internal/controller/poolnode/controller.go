@@ -57,8 +57,8 @@ type Reconciler struct {
 	Kube kubernetes.Interface
 	// Namespace is the operator's namespace, where join Secrets live.
 	Namespace string
-	// TenantDNS is the tenant cluster DNS address lent kubelets use; ClusterDomain its domain.
-	TenantDNS     string
+	// ClusterDomain is the tenants' DNS domain, for lent kubelets; their cluster DNS address
+	// comes from each tenant's Service range.
 	ClusterDomain string
 	Tenants       tenantclient.Source
 	Recorder      events.EventRecorder

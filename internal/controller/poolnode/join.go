@@ -77,6 +77,10 @@ func (r *Reconciler) ensureJoinSecret(ctx context.Context, pn *v1alpha1.PoolNode
 	if err != nil {
 		return "", err
 	}
+	dns, err := controlplane.DNSServiceIP(vc.Status.ServiceCIDR)
+	if err != nil {
+		return "", fmt.Errorf("the tenant's cluster DNS address: %w", err)
+	}
 	kc, err := kubeconfig.Build(kubeconfig.Config{
 		ClusterName: vc.Name, Server: server, CAPEM: cfg.CAData, User: "kubelet-bootstrap", Token: token,
 	})
@@ -95,7 +99,7 @@ func (r *Reconciler) ensureJoinSecret(ctx context.Context, pn *v1alpha1.PoolNode
 		Data: map[string][]byte{
 			nodepool.JoinKeyBootstrapKubeconfig: kc,
 			nodepool.JoinKeyCA:                  cfg.CAData,
-			nodepool.JoinKeyClusterDNS:          []byte(r.TenantDNS),
+			nodepool.JoinKeyClusterDNS:          []byte(dns.String()),
 			nodepool.JoinKeyClusterDomain:       []byte(r.ClusterDomain),
 			nodepool.JoinKeyTenant:              []byte(vc.Namespace + "/" + vc.Name),
 			nodepool.JoinKeyTenantUID:           []byte(vc.UID),

@@ -156,6 +156,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		return reconcile.Result{}, reconcile.TerminalError(err)
 	}
 
+	cidr, err := r.serviceCIDR(ctx, vc)
+	if err != nil {
+		conds.applyFailed(v1alpha1.ConditionAPIServerReady, "tenant's Service range (ServiceCIDR)")
+		return reconcile.Result{}, err
+	}
+	vc.Status.ServiceCIDR = cidr
+	settings := r.Settings.ForTenant(cidr)
+
 	// Services first: the apiserver's certificate names the address its Service got.
 	apiSvc := controlplane.APIServerService(vc)
 	for _, svc := range []*corev1.Service{controlplane.EtcdPeerService(vc), controlplane.EtcdClientService(vc), apiSvc} {
@@ -185,12 +193,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	// etcd reads its certificate files at every TLS handshake, so renewed leaves reach it
 	// through the mounted Secret without a restart (which would lose an ephemeral member's
 	// data); only a new etcd CA rolls it.
-	etcd := controlplane.EtcdStatefulSet(vc, r.Settings, controlplane.ContentHash(etcdTrust(pki.etcdSecret)))
+	etcd := controlplane.EtcdStatefulSet(vc, settings, controlplane.ContentHash(etcdTrust(pki.etcdSecret)))
 	if err := ssa.Apply(ctx, r.Client, etcd, FieldOwner); err != nil {
 		conds.applyFailed(v1alpha1.ConditionEtcdReady, "etcd StatefulSet")
 		return reconcile.Result{}, err
 	}
-	deploy, err := controlplane.ControlPlaneDeployment(vc, r.Settings, controlplane.ContentHash(pki.controlPlaneSecret, pki.kubeletSigner))
+	deploy, err := controlplane.ControlPlaneDeployment(vc, settings, controlplane.ContentHash(pki.controlPlaneSecret, pki.kubeletSigner))
 	if err != nil {
 		return reconcile.Result{}, reconcile.TerminalError(err)
 	}

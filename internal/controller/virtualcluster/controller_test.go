@@ -101,7 +101,7 @@ func startOperator(t *testing.T, env *testenv.Env, routes *tenantRoutes) *operat
 	}
 	if err := (&poolnode.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Kube: kubernetes.NewForConfigOrDie(env.Config),
-		Namespace: "kubenest-system", TenantDNS: "10.254.0.10", ClusterDomain: "cluster.local",
+		Namespace: "kubenest-system", ClusterDomain: "cluster.local",
 		Tenants:  tenantclient.Source{Reader: mgr.GetClient(), Dial: routes.dial},
 		Recorder: mgr.GetEventRecorder("kubenest-poolnode"),
 	}).SetupWithManager(mgr, controller.Options{SkipNameValidation: ptrTrue()}); err != nil {

@@ -60,6 +60,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 	if err := r.deleteCACertificate(ctx, vc); err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := r.releaseServiceCIDR(ctx, vc); err != nil {
+		return reconcile.Result{}, err
+	}
 	selector := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
 	remaining := 0
 	for _, k := range tenantKinds {

@@ -143,10 +143,11 @@ func certificateItems(a *controlplane.Authorities, leaves controlplane.Leaves) [
 	return items
 }
 
-// settingsFor is the operator's settings with what this tenant's annotations may change:
-// only the test-only leaf validity, and only when the operator allows test annotations.
+// settingsFor is the operator's settings for this tenant (its Service range) with what its
+// annotations may change: only the test-only leaf validity, and only when the operator allows
+// test annotations.
 func (r *Reconciler) settingsFor(vc *v1alpha1.VirtualCluster) (controlplane.Settings, error) {
-	s := r.Settings
+	s := r.Settings.ForTenant(vc.Status.ServiceCIDR)
 	v, ok := vc.Annotations[v1alpha1.AnnotationTestLeafValidity]
 	if !ok || !r.AllowTestAnnotations {
 		return s, nil

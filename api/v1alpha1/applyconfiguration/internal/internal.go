@@ -363,6 +363,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: phase
       type:
         namedType: com.github.kubenest-io.kubenest.api.v1alpha1.VirtualClusterPhase
+    - name: serviceCIDR
+      type:
+        scalar: string
     - name: version
       type:
         scalar: string

@@ -25,6 +25,11 @@ type VirtualClusterStatusApplyConfiguration struct {
 	KubeconfigSecretRef *SecretKeyReferenceApplyConfiguration `json:"kubeconfigSecretRef,omitempty"`
 	// version is the Kubernetes version the tenant's apiserver reports.
 	Version *string `json:"version,omitempty"`
+	// serviceCIDR is the range the tenant's Services get their ClusterIPs from: a slice of the
+	// operator's tenant Service range, registered in the host as a ServiceCIDR so that the
+	// tenant's Services keep their ClusterIPs in the host's data plane too. Fixed for the
+	// tenant's life.
+	ServiceCIDR *string `json:"serviceCIDR,omitempty"`
 	// nodes are the host nodes lent to the tenant, and where each is.
 	Nodes []LentNodeApplyConfiguration `json:"nodes,omitempty"`
 	// certificates are the tenant's certificates and authorities the operator issued, with
@@ -88,6 +93,14 @@ func (b *VirtualClusterStatusApplyConfiguration) WithKubeconfigSecretRef(value *
 // If called multiple times, the Version field is set to the value of the last call.
 func (b *VirtualClusterStatusApplyConfiguration) WithVersion(value string) *VirtualClusterStatusApplyConfiguration {
 	b.Version = &value
+	return b
+}
+
+// WithServiceCIDR sets the ServiceCIDR field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ServiceCIDR field is set to the value of the last call.
+func (b *VirtualClusterStatusApplyConfiguration) WithServiceCIDR(value string) *VirtualClusterStatusApplyConfiguration {
+	b.ServiceCIDR = &value
 	return b
 }
 

@@ -76,6 +76,7 @@ Flags:
 	fs.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to the pod's own namespace.")
 	fs.IntVar(&workers, "workers", 8, "VirtualClusters reconciled at the same time.")
 	fs.StringVar(&settings.Image, "controlplane-image", settings.Image, "Image the tenant pods run (it holds nest-controlplane).")
+	fs.StringVar(&settings.DNSImage, "tenant-dns-image", settings.DNSImage, "CoreDNS image of each tenant's cluster DNS (a container of its control-plane pods).")
 	fs.StringVar(&pullPolicy, "image-pull-policy", string(settings.ImagePullPolicy), "Pull policy of the tenant pods: Always, IfNotPresent or Never.")
 	fs.StringVar(&settings.HostClusterDomain, "host-cluster-domain", settings.HostClusterDomain, "DNS domain of the host cluster, for the Service names in tenant certificates.")
 	fs.StringVar(&settings.ServiceCIDRPool, "tenant-service-cidr", settings.ServiceCIDRPool, "Range tenants' Services get ClusterIPs from, a slice per tenant (registered in the host as a ServiceCIDR); must not overlap the host's Service or pod ranges.")

@@ -56,6 +56,8 @@ type Config struct {
 	// APIServerHost and APIServerPort are where host pods reach the tenant's apiserver.
 	APIServerHost string
 	APIServerPort int32
+	// ClusterDNS is the tenant's cluster DNS address, its pods' resolver.
+	ClusterDNS string
 	// Capacity is what the host's shared nodes can give, for the virtual node's status.
 	Capacity func(context.Context) (corev1.ResourceList, error)
 	// KubeletVersion is the version the virtual node reports.
@@ -118,9 +120,11 @@ func Run(ctx context.Context, cfg Config) error {
 	vnode, err := nodeutil.NewNode(cfg.NodeName, func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
 		prov = &provider{
 			tr: Translator{VirtualCluster: cfg.VirtualCluster, HostNamespace: cfg.HostNamespace, NodeName: cfg.NodeName,
-				APIServerHost: cfg.APIServerHost, APIServerPort: cfg.APIServerPort},
+				APIServerHost: cfg.APIServerHost, APIServerPort: cfg.APIServerPort, ClusterDNS: cfg.ClusterDNS},
+			// The VirtualCluster controls its host pods: a drain (lending a node) evicts them,
+			// and the tenant's own controllers make them again elsewhere.
 			owner: metav1.OwnerReference{APIVersion: "kubenest.io/v1alpha1", Kind: "VirtualCluster",
-				Name: cfg.VirtualCluster, UID: cfg.VirtualClusterUID},
+				Name: cfg.VirtualCluster, UID: cfg.VirtualClusterUID, Controller: ptrTrue()},
 			host: host, hostREST: cfg.Host, hostPods: hostPods.Lister(), tenant: tenant,
 			tenantPods: pc.Pods, tenantConfigMaps: pc.ConfigMaps, tenantSecrets: pc.Secrets, tenantServices: pc.Services,
 			recorder: recorder, log: log, refused: map[string]*corev1.Pod{},
@@ -192,6 +196,12 @@ func Run(ctx context.Context, cfg Config) error {
 		prov.maintain(ctx, cfg.SyncPeriod,
 			func() ([]metav1.Object, error) { return listObjects(hostConfigMaps.Lister().List(labels.Everything())) },
 			func() ([]metav1.Object, error) { return listObjects(hostSecrets.Lister().List(labels.Everything())) })
+	})
+
+	wg.Go(func() {
+		if err := runServiceMirror(ctx, prov.tr, prov.owner, host, tenant, cfg.SyncPeriod, 2); err != nil {
+			log.Error(err, "tenant Services are not copied into the host")
+		}
 	})
 
 	log.Info("starting the virtual node", "kubeletAPI", net.JoinHostPort(cfg.NodeAddress, strconv.Itoa(port)))

@@ -76,6 +76,9 @@ type Translator struct {
 	// KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT say.
 	APIServerHost string
 	APIServerPort int32
+	// ClusterDNS is the tenant's cluster DNS address, the resolver of its pods that use the
+	// cluster's DNS (dnsPolicy ClusterFirst); empty leaves them the node's resolver.
+	ClusterDNS string
 }
 
 // Ref names a tenant ConfigMap or Secret a pod refers to; Optional when every reference to it
@@ -155,6 +158,7 @@ func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1
 		// A pod name may have dots; a pod's hostname is a DNS label.
 		hostname = naming.Shorten(strings.ReplaceAll(tenant.Name, ".", "-"), naming.MaxLength)
 	}
+	dnsPolicy, dnsConfig := t.dns(tenant)
 	host := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -170,8 +174,8 @@ func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1
 			RestartPolicy:                 spec.RestartPolicy,
 			TerminationGracePeriodSeconds: spec.TerminationGracePeriodSeconds,
 			ActiveDeadlineSeconds:         spec.ActiveDeadlineSeconds,
-			// The tenant's DNS is not the host's: names resolve as on the node.
-			DNSPolicy: corev1.DNSDefault,
+			DNSPolicy:                     dnsPolicy,
+			DNSConfig:                     dnsConfig,
 			// The host never gives a tenant pod a host credential.
 			AutomountServiceAccountToken: ptrFalse(),
 			EnableServiceLinks:           ptrFalse(),
@@ -190,6 +194,35 @@ func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1
 	host.Annotations[AnnotationTenantServiceAccount] = tenant.Spec.ServiceAccountName
 	return host, refs.done(), nil
 }
+
+// dns is the host pod's resolver: the tenant's cluster DNS for pods that use the cluster's DNS,
+// with the search path a tenant node would give; never the host's cluster DNS, whose names
+// are not the tenant's.
+func (t Translator) dns(tenant *corev1.Pod) (corev1.DNSPolicy, *corev1.PodDNSConfig) {
+	switch tenant.Spec.DNSPolicy {
+	case corev1.DNSNone:
+		return corev1.DNSNone, tenant.Spec.DNSConfig.DeepCopy()
+	case corev1.DNSDefault:
+		return corev1.DNSDefault, tenant.Spec.DNSConfig.DeepCopy()
+	}
+	if t.ClusterDNS == "" {
+		return corev1.DNSDefault, tenant.Spec.DNSConfig.DeepCopy()
+	}
+	domain := "cluster.local"
+	cfg := &corev1.PodDNSConfig{
+		Nameservers: []string{t.ClusterDNS},
+		Searches:    []string{tenant.Namespace + ".svc." + domain, "svc." + domain, domain},
+		Options:     []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptrString("5")}},
+	}
+	if own := tenant.Spec.DNSConfig; own != nil {
+		cfg.Nameservers = append(cfg.Nameservers, own.Nameservers...)
+		cfg.Searches = append(cfg.Searches, own.Searches...)
+		cfg.Options = append(cfg.Options, own.Options...)
+	}
+	return corev1.DNSNone, cfg
+}
+
+func ptrString(s string) *string { return &s }
 
 // Object translates a tenant ConfigMap's or Secret's metadata into the host copy's.
 func (t Translator) Object(tenant metav1.ObjectMeta) metav1.ObjectMeta {
@@ -441,3 +474,4 @@ func (r *refSet) done() Refs {
 func isTrue(b *bool) bool { return b != nil && *b }
 
 func ptrFalse() *bool { b := false; return &b }
+func ptrTrue() *bool  { b := true; return &b }

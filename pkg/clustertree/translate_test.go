@@ -6,6 +6,7 @@ import (
 	"maps"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,8 @@ const (
 )
 
 func testTranslator() Translator {
-	return Translator{VirtualCluster: trVC, HostNamespace: trHostNS, NodeName: trNode, APIServerHost: trAPIHost, APIServerPort: trAPIPort}
+	return Translator{VirtualCluster: trVC, HostNamespace: trHostNS, NodeName: trNode, APIServerHost: trAPIHost, APIServerPort: trAPIPort,
+		ClusterDNS: "10.254.0.10"}
 }
 
 // hn is the host name of the tenant object called name in trNS.
@@ -371,8 +373,12 @@ func TestPod(t *testing.T) {
 				if s.EnableServiceLinks == nil || *s.EnableServiceLinks {
 					t.Errorf("enableServiceLinks = %v, want false", s.EnableServiceLinks)
 				}
-				if s.DNSPolicy != corev1.DNSDefault || s.DNSConfig != nil {
-					t.Errorf("dnsPolicy = %q, dnsConfig = %v, want Default and none", s.DNSPolicy, s.DNSConfig)
+				// The tenant's cluster DNS first, with a tenant node's search path; the pod's own
+				// settings after it.
+				if s.DNSPolicy != corev1.DNSNone || s.DNSConfig == nil ||
+					!slices.Equal(s.DNSConfig.Nameservers, []string{"10.254.0.10", "10.0.0.10"}) ||
+					len(s.DNSConfig.Searches) != 3 || s.DNSConfig.Searches[0] != testTenantPod().Namespace+".svc.cluster.local" {
+					t.Errorf("dnsPolicy = %q, dnsConfig = %v, want None with the tenant's DNS", s.DNSPolicy, s.DNSConfig)
 				}
 			},
 		},

@@ -277,6 +277,7 @@ const (
 	LeafAdmin                  Leaf = "admin"
 	LeafEtcdServer             Leaf = "etcd-server"
 	LeafEtcdPeer               Leaf = "etcd-peer"
+	LeafDNS                    Leaf = "dns"
 )
 
 // CertFile and KeyFile are the Secret keys (and file names) of a leaf.
@@ -319,6 +320,8 @@ const (
 	FrontProxyClientUser   = "front-proxy-client"
 	// ClusterTreeUser is the identity the operator's virtual node uses in the tenant.
 	ClusterTreeUser = "kubenest-clustertree"
+	// DNSUser is the identity of the tenant's CoreDNS.
+	DNSUser = "kubenest-dns"
 )
 
 // Exposure is how the tenant's apiserver Service was published: its address inside the host and
@@ -384,6 +387,7 @@ func LeafSpecs(vc *v1alpha1.VirtualCluster, s Settings, exp Exposure) (map[Leaf]
 		LeafAPIServerKubeletClient: leaf(IssuerCA, APIServerKubeletClient, nil, pki.UsageClient, nil, nil),
 		LeafControllerManager:      leaf(IssuerCA, ControllerManagerUser, nil, pki.UsageClient, nil, nil),
 		LeafScheduler:              leaf(IssuerCA, SchedulerUser, nil, pki.UsageClient, nil, nil),
+		LeafDNS:                    leaf(IssuerCA, DNSUser, nil, pki.UsageClient, nil, nil),
 		LeafAdmin:                  leaf(IssuerCA, AdminUser, []string{MastersGroup}, pki.UsageClient, nil, nil),
 		LeafFrontProxyClient:       leaf(IssuerFrontProxyCA, FrontProxyClientUser, nil, pki.UsageClient, nil, nil),
 		LeafAPIServerEtcdClient:    leaf(IssuerEtcdCA, "kube-apiserver-etcd-client", nil, pki.UsageClient, nil, nil),

@@ -67,7 +67,7 @@ func ensure(t *testing.T, a *controlplane.Authorities, specs map[controlplane.Le
 var allLeaves = []controlplane.Leaf{
 	controlplane.LeafAPIServer, controlplane.LeafAPIServerKubeletClient, controlplane.LeafAPIServerEtcdClient,
 	controlplane.LeafFrontProxyClient, controlplane.LeafControllerManager, controlplane.LeafScheduler,
-	controlplane.LeafAdmin, controlplane.LeafEtcdServer, controlplane.LeafEtcdPeer,
+	controlplane.LeafAdmin, controlplane.LeafEtcdServer, controlplane.LeafEtcdPeer, controlplane.LeafDNS,
 }
 
 func ipStrings(ips []net.IP) []string {
@@ -257,6 +257,7 @@ func TestLeafSpecsIdentities(t *testing.T) {
 		{controlplane.LeafAPIServerKubeletClient, controlplane.IssuerCA, controlplane.APIServerKubeletClient, nil, pki.UsageClient},
 		{controlplane.LeafControllerManager, controlplane.IssuerCA, controlplane.ControllerManagerUser, nil, pki.UsageClient},
 		{controlplane.LeafScheduler, controlplane.IssuerCA, controlplane.SchedulerUser, nil, pki.UsageClient},
+		{controlplane.LeafDNS, controlplane.IssuerCA, controlplane.DNSUser, nil, pki.UsageClient},
 		{controlplane.LeafAdmin, controlplane.IssuerCA, controlplane.AdminUser, []string{controlplane.MastersGroup}, pki.UsageClient},
 		{controlplane.LeafFrontProxyClient, controlplane.IssuerFrontProxyCA, controlplane.FrontProxyClientUser, nil, pki.UsageClient},
 		{controlplane.LeafAPIServerEtcdClient, controlplane.IssuerEtcdCA, "kube-apiserver-etcd-client", nil, pki.UsageClient},

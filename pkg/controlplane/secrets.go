@@ -18,6 +18,9 @@ import (
 const (
 	KeyControllerManagerKubeconfig = "controller-manager.kubeconfig"
 	KeySchedulerKubeconfig         = "scheduler.kubeconfig"
+	KeyDNSKubeconfig               = "dns.kubeconfig"
+	// KeyCorefile is the tenant CoreDNS's configuration.
+	KeyCorefile = "Corefile"
 
 	// KeyKubeconfig holds the admin kubeconfig for the published endpoint (Cluster API's key).
 	KeyKubeconfig = "value"
@@ -61,7 +64,7 @@ func ControlPlaneCertsSecret(vc *v1alpha1.VirtualCluster, a *Authorities, l Leav
 		KeySAPub:            saData[KeySAPub],
 	}
 	if err := l.put(data, LeafAPIServer, LeafAPIServerKubeletClient, LeafAPIServerEtcdClient,
-		LeafFrontProxyClient, LeafControllerManager, LeafScheduler); err != nil {
+		LeafFrontProxyClient, LeafControllerManager, LeafScheduler, LeafDNS); err != nil {
 		return nil, err
 	}
 	data[LeafAPIServer.CertFile()] = append(data[LeafAPIServer.CertFile()], a.caChain()...)
@@ -69,6 +72,7 @@ func ControlPlaneCertsSecret(vc *v1alpha1.VirtualCluster, a *Authorities, l Leav
 	for key, leaf := range map[string]Leaf{
 		KeyControllerManagerKubeconfig: LeafControllerManager,
 		KeySchedulerKubeconfig:         LeafScheduler,
+		KeyDNSKubeconfig:               LeafDNS,
 	} {
 		kc, err := kubeconfigFor(vc, a, l, leaf, local)
 		if err != nil {
@@ -76,6 +80,7 @@ func ControlPlaneCertsSecret(vc *v1alpha1.VirtualCluster, a *Authorities, l Leav
 		}
 		data[key] = kc
 	}
+	data[KeyCorefile] = []byte(corefile())
 	return secret(vc, naming.For(vc.Name).ControlPlaneCertsSecret(), data), nil
 }
 

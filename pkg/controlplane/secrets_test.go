@@ -98,6 +98,7 @@ func TestControlPlaneCertsSecret(t *testing.T) {
 		"apiserver-etcd-client.crt", "apiserver-etcd-client.key", "front-proxy-client.crt", "front-proxy-client.key",
 		"controller-manager.crt", "controller-manager.key", "scheduler.crt", "scheduler.key",
 		controlplane.KeyControllerManagerKubeconfig, controlplane.KeySchedulerKubeconfig,
+		"dns.crt", "dns.key", controlplane.KeyDNSKubeconfig, controlplane.KeyCorefile,
 	}
 	if got := slices.Sorted(maps.Keys(d)); !sameSet(got, want) {
 		t.Errorf("control-plane Secret keys = %q, want %q", got, want)

@@ -19,6 +19,8 @@ import (
 type Settings struct {
 	// Image runs every tenant component (the nest-controlplane binary).
 	Image string
+	// DNSImage runs each tenant's CoreDNS.
+	DNSImage string
 	// ImagePullPolicy of the tenant pods.
 	ImagePullPolicy corev1.PullPolicy
 	// HostClusterDomain is the host cluster's DNS domain, for the Service names in certificates.
@@ -38,6 +40,7 @@ type Settings struct {
 func DefaultSettings() Settings {
 	return Settings{
 		Image:             "kubenest.io/kubenest:dev",
+		DNSImage:          "kubenest.io/coredns:v1.15.0",
 		ImagePullPolicy:   corev1.PullIfNotPresent,
 		HostClusterDomain: "cluster.local",
 		ServiceCIDR:       "10.254.0.0/16",
@@ -50,6 +53,9 @@ func DefaultSettings() Settings {
 func (s Settings) Validate() error {
 	if s.Image == "" {
 		return fmt.Errorf("controlplane image must be set")
+	}
+	if s.DNSImage == "" {
+		return fmt.Errorf("tenant DNS image must be set")
 	}
 	if s.HostClusterDomain == "" {
 		return fmt.Errorf("host cluster domain must be set")

@@ -234,7 +234,7 @@ func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash s
 				},
 			},
 			Template: podTemplate(labels, certsHash, corev1.PodSpec{
-				Containers: []corev1.Container{api, cm, sc},
+				Containers: []corev1.Container{api, cm, sc, dnsContainer(s, []corev1.VolumeMount{certs})},
 				Volumes: []corev1.Volume{
 					secretVolume("certs", names.ControlPlaneCertsSecret()),
 					secretVolume("kubelet-signer", names.KubeletSignerSecret()),
@@ -294,6 +294,16 @@ func args(layers ...map[string]string) []string {
 }
 
 func podTemplate(labels map[string]string, certsHash string, spec corev1.PodSpec) corev1.PodTemplateSpec {
+	// Away from nodes that may be lent to tenants, when there is room elsewhere: lending a
+	// node drains it, which would move (and, with ephemeral storage, empty) a tenant's etcd.
+	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+			Weight: 100,
+			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: v1alpha1.LabelLendable, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"true"},
+			}}},
+		}},
+	}}
 	// Tenant components never talk to the host's API: no host token in their pods.
 	spec.AutomountServiceAccountToken = ptr.To(false)
 	spec.EnableServiceLinks = ptr.To(false)

@@ -296,7 +296,7 @@ func TestControlPlaneDeploymentContainers(t *testing.T) {
 	for _, c := range d.Spec.Template.Spec.Containers {
 		names = append(names, c.Name)
 	}
-	if want := []string{controlplane.ContainerAPIServer, controlplane.ContainerControllerManager, controlplane.ContainerScheduler}; !slices.Equal(names, want) {
+	if want := []string{controlplane.ContainerAPIServer, controlplane.ContainerControllerManager, controlplane.ContainerScheduler, controlplane.ContainerDNS}; !slices.Equal(names, want) {
 		t.Fatalf("containers %q, want %q", names, want)
 	}
 	secret, err := controlplane.ControlPlaneCertsSecret(vc, newAuthorities(t), mustLeaves(t, vc))

@@ -233,13 +233,18 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 
 	var probeErr error
 	if deploy.Status.ReadyReplicas > 0 {
-		version, err := r.checkTenant(ctx, vc, pki)
+		version, tenant, err := r.checkTenant(ctx, vc, pki)
 		probeErr = err
 		if err != nil {
 			ctrl.LoggerFrom(ctx).V(1).Info("tenant apiserver not reachable yet", "err", err)
 			result.RequeueAfter = probeRetryInterval
 		} else {
 			vc.Status.Version = version
+			if err := r.setupTenant(ctx, vc, tenant); err != nil {
+				conds.set(v1alpha1.ConditionAPIServerReady, false, ReasonSetupFailed,
+					"the tenant's apiserver answers, but applying its built-in objects (RBAC, cluster DNS) failed; retrying")
+				return reconcile.Result{}, fmt.Errorf("setting up the tenant: %w", err)
+			}
 		}
 	}
 	conds.apiServer(deploy, probeErr, cpProblem)

@@ -39,6 +39,9 @@ type SharedNodes struct {
 // tenant may run pods on the shared nodes: no host namespaces, ports, paths or privileges.
 const podSecurityLevel = "baseline"
 
+// The shared node copies tenant Services and their EndpointSlices into the host.
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
+
 // reconcileSharedNode runs the tenant's virtual node when it asks for one and its apiserver
 // answers, and stops it (removing what it ran in the host) when it no longer asks.
 func (r *Reconciler) reconcileSharedNode(ctx context.Context, vc *v1alpha1.VirtualCluster, p *tenantPKI, exp controlplane.Exposure, conds conditions) error {
@@ -62,7 +65,7 @@ func (r *Reconciler) reconcileSharedNode(ctx context.Context, vc *v1alpha1.Virtu
 	if err != nil {
 		return err
 	}
-	fingerprint := fingerprintOf(p.authorities.CABundle(), p.rotationRequest, tenantCfg.Host, exp.ClusterIP, r.SharedNodes.Address, string(vc.UID))
+	fingerprint := fingerprintOf(p.authorities.CABundle(), p.rotationRequest, tenantCfg.Host, exp.ClusterIP, r.SharedNodes.Address, string(vc.UID), vc.Status.ServiceCIDR)
 	err = r.SharedNodes.Manager.Ensure(key, fingerprint, func() (clustertree.Config, time.Time, error) {
 		return r.sharedNodeConfig(vc, p, exp, tenantCfg)
 	})
@@ -119,6 +122,10 @@ func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI,
 	if r := pki.RenewAt(serving.Cert); r.Before(renewAt) {
 		renewAt = r
 	}
+	dns, err := controlplane.DNSServiceIP(vc.Status.ServiceCIDR)
+	if err != nil {
+		return clustertree.Config{}, time.Time{}, err
+	}
 	return clustertree.Config{
 		VirtualCluster:    vc.Name,
 		VirtualClusterUID: vc.UID,
@@ -132,6 +139,7 @@ func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI,
 		ListenAddress:     ":0",
 		APIServerHost:     exp.ClusterIP,
 		APIServerPort:     controlplane.APIServerPort,
+		ClusterDNS:        dns.String(),
 		Capacity:          r.sharedCapacity,
 		KubeletVersion:    version.KubernetesVersion(),
 	}, renewAt, nil

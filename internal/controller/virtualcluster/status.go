@@ -35,6 +35,7 @@ const (
 	ReasonCertManagerMissing  = "CertManagerMissing"
 	ReasonIssuerNotReady      = "IssuerNotReady"
 	ReasonCAPending           = "CAPending"
+	ReasonSetupFailed         = "SetupFailed"
 )
 
 // conditions sets the conditions of one status, each stamped with the generation it describes.

@@ -5,15 +5,19 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/nodepool"
 )
 
@@ -22,32 +26,94 @@ import (
 const tenantTimeout = 3 * time.Second
 
 // checkTenant reaches the tenant's apiserver through its Service with the admin credentials:
-// /readyz must answer ok. Then it applies what every tenant needs from the start and returns
-// the version the tenant reports.
-func (r *Reconciler) checkTenant(ctx context.Context, vc *v1alpha1.VirtualCluster, p *tenantPKI) (string, error) {
+// /readyz must answer ok. It returns the version the tenant reports and a client for it.
+func (r *Reconciler) checkTenant(ctx context.Context, vc *v1alpha1.VirtualCluster, p *tenantPKI) (string, kubernetes.Interface, error) {
 	cfg, err := r.tenantConfig(vc, p)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 	if err != nil {
-		return "", fmt.Errorf("GET /readyz: %w", err)
+		return "", nil, fmt.Errorf("GET /readyz: %w", err)
 	}
 	if string(body) != "ok" {
-		return "", fmt.Errorf("GET /readyz answered %q", body)
+		return "", nil, fmt.Errorf("GET /readyz answered %q", body)
 	}
 	info, err := client.Discovery().ServerVersion()
 	if err != nil {
-		return "", fmt.Errorf("GET /version: %w", err)
+		return "", nil, fmt.Errorf("GET /version: %w", err)
 	}
+	return info.GitVersion, client, nil
+}
+
+// setupTenant applies what every tenant needs from the start: RBAC of its built-in users and
+// its cluster DNS Service.
+func (r *Reconciler) setupTenant(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernetes.Interface) error {
 	if err := bootstrapTenant(ctx, client); err != nil {
-		return "", err
+		return err
 	}
-	return info.GitVersion, nil
+	return r.tenantDNS(ctx, vc, client)
+}
+
+// tenantDNS keeps the tenant's kube-system/kube-dns Service at the tenth address of its
+// Service range, with an EndpointSlice of the Ready control-plane pods, whose CoreDNS answers.
+func (r *Reconciler) tenantDNS(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernetes.Interface) error {
+	ip, err := controlplane.DNSServiceIP(vc.Status.ServiceCIDR)
+	if err != nil {
+		return err
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, crclient.InNamespace(vc.Namespace),
+		crclient.MatchingLabels(naming.For(vc.Name).Labels(naming.ComponentControlPlane))); err != nil {
+		return fmt.Errorf("listing control-plane pods: %w", err)
+	}
+	var ips []string
+	for _, p := range pods.Items {
+		if p.Status.PodIP != "" && p.DeletionTimestamp == nil && podReady(&p) {
+			ips = append(ips, p.Status.PodIP)
+		}
+	}
+	svc := controlplane.TenantDNSService(ip)
+	services := client.CoreV1().Services(svc.Namespace)
+	current, err := services.Get(ctx, svc.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		if _, err := services.Create(ctx, svc, metav1.CreateOptions{FieldManager: FieldOwner}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating the tenant's %s Service: %w", svc.Name, err)
+		}
+	case err != nil:
+		return fmt.Errorf("reading the tenant's %s Service: %w", svc.Name, err)
+	case current.Spec.ClusterIP != svc.Spec.ClusterIP:
+		return fmt.Errorf("the tenant's %s/%s Service has ClusterIP %s, not %s: delete it and the operator makes it again",
+			svc.Namespace, svc.Name, current.Spec.ClusterIP, svc.Spec.ClusterIP)
+	}
+	slice := controlplane.TenantDNSEndpointSlice(ips)
+	slices := client.DiscoveryV1().EndpointSlices(slice.Namespace)
+	existing, err := slices.Get(ctx, slice.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = slices.Create(ctx, slice, metav1.CreateOptions{FieldManager: FieldOwner})
+	case err == nil && !equality.Semantic.DeepEqual(existing.Endpoints, slice.Endpoints):
+		existing.Endpoints, existing.Ports = slice.Endpoints, slice.Ports
+		_, err = slices.Update(ctx, existing, metav1.UpdateOptions{FieldManager: FieldOwner})
+	}
+	if err != nil {
+		return fmt.Errorf("writing the tenant's %s EndpointSlice: %w", svc.Name, err)
+	}
+	return nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // tenantConfig is the admin client configuration for the tenant's in-cluster endpoint.
@@ -94,9 +160,18 @@ func bootstrapTenant(ctx context.Context, client kubernetes.Interface) error {
 		rule("", []string{"events"}, "create", "patch", "update"),
 		rule("authentication.k8s.io", []string{"tokenreviews"}, "create"),
 		rule("authorization.k8s.io", []string{"subjectaccessreviews"}, "create"),
+		rule("discovery.k8s.io", []string{"endpointslices"}, "get", "list", "watch"),
 	)
 	if _, err := client.RbacV1().ClusterRoles().Apply(ctx, clustertree, opts); err != nil {
 		return fmt.Errorf("applying tenant ClusterRole %s: %w", *clustertree.Name, err)
+	}
+	// What the tenant's CoreDNS reads.
+	dns := rbacv1ac.ClusterRole("kubenest:dns").WithLabels(labels).WithRules(
+		rule("", []string{"services", "namespaces"}, "list", "watch"),
+		rule("discovery.k8s.io", []string{"endpointslices"}, "list", "watch"),
+	)
+	if _, err := client.RbacV1().ClusterRoles().Apply(ctx, dns, opts); err != nil {
+		return fmt.Errorf("applying tenant ClusterRole %s: %w", *dns.Name, err)
 	}
 	bind := func(name, role, kind, subject string) error {
 		crb := rbacv1ac.ClusterRoleBinding(name).WithLabels(labels).
@@ -110,6 +185,7 @@ func bootstrapTenant(ctx context.Context, client kubernetes.Interface) error {
 	for _, b := range []struct{ name, role, kind, subject string }{
 		{"kubenest:apiserver-kubelet-client", "system:kubelet-api-admin", rbacv1.UserKind, controlplane.APIServerKubeletClient},
 		{"kubenest:clustertree", "kubenest:clustertree", rbacv1.UserKind, controlplane.ClusterTreeUser},
+		{"kubenest:dns", "kubenest:dns", rbacv1.UserKind, controlplane.DNSUser},
 		// Lent host nodes join with a bootstrap token: it may ask for a node client
 		// certificate, which is approved at once; joined nodes renew their own.
 		{"kubenest:kubelet-bootstrap", "system:node-bootstrapper", rbacv1.GroupKind, nodepool.BootstrapGroup},

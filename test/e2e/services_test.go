@@ -81,8 +81,8 @@ nslookup kubernetes.default.svc.cluster.local || exit 1`, web.Spec.ClusterIP)
 		if !ok || strings.Count(out, "hi from web-") < 3 {
 			t.Fatalf("client on %s could not reach the Service 3 times (by name, short name, ClusterIP):\n%s", node, out)
 		}
-		// Lending a node drains it: the web pods may have moved since (the evicted ones stay,
-		// Failed, as after a kubelet eviction).
+		// Lending a node drains it: the web pods may have moved since, and the evicted ones
+		// may still be going.
 		list, err := tenant.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web", FieldSelector: "status.phase=Running"})
 		if err != nil {
 			t.Fatal(err)

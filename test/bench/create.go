@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,32 +15,29 @@ import (
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 )
 
-// phases of a VirtualCluster's way to Ready, in order, as the times its conditions turned True.
-var phases = []string{
-	v1alpha1.ConditionCertificatesReady,
-	v1alpha1.ConditionEtcdReady,
-	v1alpha1.ConditionAPIServerReady,
-	v1alpha1.ConditionReady,
-}
-
-// readyRun is one VirtualCluster's way to Ready: when each condition was first seen True, and
-// when its kubeconfig first answered a kubectl-like call, all from its creation.
+// readyRun is one VirtualCluster's way to Ready: when each step was first seen, from its
+// creation (see steps).
 type readyRun struct {
-	at        map[string]time.Duration
-	firstCall time.Duration
+	at map[string]time.Duration
 }
 
 // createReady creates VirtualClusters, one after another and then all at once, and measures
-// the time from create to Ready, split by phase.
+// the time from create to Ready, split by step.
 func createReady(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	fs := flag.NewFlagSet("create", flag.ExitOnError)
 	count := fs.Int("count", 10, "VirtualClusters per series")
+	timeout := fs.Duration("timeout", 5*time.Minute, "how long one VirtualCluster may take to be Ready")
 	_ = fs.Parse(args)
 	ns, cleanup, err := namespace(ctx, e, "bench-create")
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
+	t, err := newTracker(ctx, e, ns)
+	if err != nil {
+		return nil, err
+	}
+	defer t.close()
 
 	var figures []Figure
 	for _, series := range []struct {
@@ -49,53 +45,48 @@ func createReady(ctx context.Context, e *env, args []string) ([]Figure, error) {
 		concurrent bool
 	}{{"sequential", false}, {"concurrent", true}} {
 		fmt.Printf("creating %d VirtualClusters, %s...\n", *count, series.name)
-		runs, err := createSeries(ctx, e, ns, series.name[:3], *count, series.concurrent)
+		runs, err := createSeries(ctx, e, t, ns, series.name[:3], *count, series.concurrent, *timeout)
 		if err != nil {
 			return nil, err
 		}
-		method := fmt.Sprintf("%d VirtualClusters (NodePort, ephemeral etcd) created %s; from the create call to the condition first seen True (polled every 50 ms)", *count, map[bool]string{false: "one after another", true: "at once"}[series.concurrent])
-		for _, p := range append(phases, "first kubectl call") {
+		method := fmt.Sprintf("%d VirtualClusters (NodePort, 1 etcd member on emptyDir) created %s; from the create call to the step first seen by a watch of the host (conditions of the VirtualCluster; its etcd and control-plane pods); the first kubectl call is the first successful namespace list with the kubeconfig Secret, retried every 50 ms", *count, map[bool]string{false: "one after another, each alone on the host", true: "at once"}[series.concurrent])
+		for _, s := range steps {
 			var ds []time.Duration
 			for _, r := range runs {
-				if p == "first kubectl call" {
-					ds = append(ds, r.firstCall)
-				} else {
-					ds = append(ds, r.at[p])
+				if d, ok := r.at[s]; ok {
+					ds = append(ds, d)
 				}
 			}
 			slices.Sort(ds)
 			figures = append(figures,
-				Figure{fmt.Sprintf("create→%s, %s, median", p, series.name), seconds(percentile(ds, 0.5)), "s", method},
-				Figure{fmt.Sprintf("create→%s, %s, p90", p, series.name), seconds(percentile(ds, 0.9)), "s", method})
+				Figure{fmt.Sprintf("create→%s, %s, median", s, series.name), seconds(percentile(ds, 0.5)), "s", method},
+				Figure{fmt.Sprintf("create→%s, %s, p90", s, series.name), seconds(percentile(ds, 0.9)), "s", method})
 		}
 	}
 	return figures, nil
 }
 
-func createSeries(ctx context.Context, e *env, ns, prefix string, count int, concurrent bool) ([]readyRun, error) {
+func createSeries(ctx context.Context, e *env, t *tracker, ns, prefix string, count int, concurrent bool, timeout time.Duration) ([]readyRun, error) {
 	runs := make([]readyRun, count)
 	errs := make([]error, count)
 	var wg sync.WaitGroup
 	for i := range count {
 		name := fmt.Sprintf("%s-%d", prefix, i)
 		if concurrent {
-			wg.Go(func() { runs[i], errs[i] = createOne(ctx, e, ns, name) })
+			wg.Go(func() { runs[i], errs[i] = createOne(ctx, e, t, ns, name, timeout) })
 			continue
 		}
-		runs[i], errs[i] = createOne(ctx, e, ns, name)
+		runs[i], errs[i] = createOne(ctx, e, t, ns, name, timeout)
 		if errs[i] != nil {
 			break
 		}
+		// Each tenant of the sequential series has the host to itself: the one before goes first.
+		deleteTenants(e, ns, name)
+		fmt.Printf("  %s Ready in %.1fs\n", name, runs[i].at[stepReady].Seconds())
 	}
 	wg.Wait()
 	// The tenants go before the next series starts, so each series has the host to itself.
-	for i := range count {
-		_ = e.host.Delete(context.Background(), &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", prefix, i)}})
-	}
-	_ = wait.PollUntilContextTimeout(context.Background(), time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		l := &v1alpha1.VirtualClusterList{}
-		return e.host.List(ctx, l, client.InNamespace(ns)) == nil && len(l.Items) == 0, nil
-	})
+	deleteTenants(e, ns)
 	for _, err := range errs {
 		if err != nil {
 			return nil, err
@@ -104,43 +95,55 @@ func createSeries(ctx context.Context, e *env, ns, prefix string, count int, con
 	return runs, nil
 }
 
-// createOne creates a VirtualCluster and follows it to Ready and a first answer from its API.
-func createOne(ctx context.Context, e *env, ns, name string) (readyRun, error) {
-	vc := &v1alpha1.VirtualCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: v1alpha1.VirtualClusterSpec{
-			ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{Type: v1alpha1.ExposureNodePort}},
-			Etcd:         v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
-		},
+// deleteTenants deletes the named VirtualClusters of ns, or all of them when no name is given,
+// and waits until they are gone.
+func deleteTenants(e *env, ns string, names ...string) {
+	ctx := context.Background()
+	if len(names) == 0 {
+		_ = e.host.DeleteAllOf(ctx, &v1alpha1.VirtualCluster{}, client.InNamespace(ns))
 	}
-	run := readyRun{at: map[string]time.Duration{}}
-	start := time.Now()
-	if err := e.host.Create(ctx, vc); err != nil {
-		return run, err
+	for _, n := range names {
+		_ = e.host.Delete(ctx, &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}})
 	}
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := e.host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l := &v1alpha1.VirtualClusterList{}
+		if e.host.List(ctx, l, client.InNamespace(ns)) != nil {
 			return false, nil
 		}
-		for _, p := range phases {
-			if _, ok := run.at[p]; !ok && meta.IsStatusConditionTrue(vc.Status.Conditions, p) {
-				run.at[p] = time.Since(start)
+		for _, vc := range l.Items {
+			if len(names) == 0 || slices.Contains(names, vc.Name) {
+				return false, nil
 			}
 		}
-		_, ready := run.at[v1alpha1.ConditionReady]
-		return ready, nil
+		return true, nil
+	})
+}
+
+// createOne creates a VirtualCluster and follows it to Ready and a first answer from its API.
+func createOne(ctx context.Context, e *env, t *tracker, ns, name string, timeout time.Duration) (readyRun, error) {
+	vc := benchVC(ns, name)
+	t.forget(name)
+	start := time.Now()
+	if err := e.host.Create(ctx, vc); err != nil {
+		return readyRun{}, err
+	}
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		return t.has(name, stepReady), nil
 	})
 	if err != nil {
-		return run, fmt.Errorf("%s not Ready: %w", name, err)
+		return readyRun{at: t.since(name, start)}, fmt.Errorf("%s not Ready: %w", name, err)
+	}
+	if err := e.host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+		return readyRun{}, err
 	}
 	tenant, err := tenantClient(ctx, e, vc)
 	if err != nil {
-		return run, err
+		return readyRun{}, err
 	}
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := tenant.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 		return err == nil, nil
 	})
-	run.firstCall = time.Since(start)
-	return run, err
+	t.mark(name, stepFirstKubectlCall, time.Now())
+	return readyRun{at: t.since(name, start)}, err
 }

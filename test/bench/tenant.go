@@ -10,25 +10,25 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 )
 
-// namespace creates a host namespace and waits for its default service account.
+// labelBench marks the host namespaces the benchmarks create, so `bench cleanup` finds what an
+// interrupted run left behind.
+const labelBench = "kubenest.io/bench"
+
+// namespace creates a host namespace and waits for its default service account. The cleanup it
+// returns deletes the namespace, with everything in it, and waits until it is gone.
 func namespace(ctx context.Context, e *env, name string) (string, func(), error) {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labelBench: "true"}}}
 	if err := e.host.Create(ctx, ns); err != nil {
 		return "", nil, fmt.Errorf("creating namespace %s: %w", name, err)
 	}
-	cleanup := func() {
-		_ = e.host.Delete(context.Background(), ns)
-		_ = wait.PollUntilContextTimeout(context.Background(), time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-			err := e.host.Get(ctx, client.ObjectKeyFromObject(ns), &corev1.Namespace{})
-			return client.IgnoreNotFound(err) == nil && err != nil, nil
-		})
-	}
+	cleanup := func() { deleteNamespace(e, name) }
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		return e.host.Get(ctx, client.ObjectKey{Namespace: name, Name: "default"}, &corev1.ServiceAccount{}) == nil, nil
 	})
@@ -46,14 +46,8 @@ func sharedTenant(ctx context.Context, e *env, name string) (kubernetes.Interfac
 	if err != nil {
 		return nil, nil, err
 	}
-	vc := &v1alpha1.VirtualCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: ns},
-		Spec: v1alpha1.VirtualClusterSpec{
-			ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{Type: v1alpha1.ExposureNodePort}},
-			Etcd:         v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
-			Nodes:        v1alpha1.NodesSpec{Shared: true},
-		},
-	}
+	vc := benchVC(ns, "bench")
+	vc.Spec.Nodes.Shared = true
 	if err := e.host.Create(ctx, vc); err != nil {
 		cleanupNS()
 		return nil, nil, err
@@ -89,8 +83,76 @@ func sharedTenant(ctx context.Context, e *env, name string) (kubernetes.Interfac
 	return tenant, cleanup, nil
 }
 
+// deleteNamespace deletes a host namespace and waits, up to 5 minutes, until it is gone. The
+// VirtualClusters in it go first, each through the operator's finalizer, so the namespace
+// never waits on a tenant whose namespace is already terminating.
+func deleteNamespace(e *env, name string) {
+	ctx := context.Background()
+	_ = e.host.DeleteAllOf(ctx, &v1alpha1.VirtualCluster{}, client.InNamespace(name))
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l := &v1alpha1.VirtualClusterList{}
+		return e.host.List(ctx, l, client.InNamespace(name)) == nil && len(l.Items) == 0, nil
+	})
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	_ = e.host.Delete(ctx, ns)
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := e.host.Get(ctx, client.ObjectKeyFromObject(ns), &corev1.Namespace{})
+		return client.IgnoreNotFound(err) == nil && err != nil, nil
+	})
+}
+
+// benchVC is the VirtualCluster the benchmarks create: one etcd member on an emptyDir (no
+// volume provisioning in the measurement), its apiserver on a NodePort this machine reaches.
+func benchVC(ns, name string) *v1alpha1.VirtualCluster {
+	return &v1alpha1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: v1alpha1.VirtualClusterSpec{
+			ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{Type: v1alpha1.ExposureNodePort}},
+			Etcd:         v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
+		},
+	}
+}
+
+// readyTenant creates a VirtualCluster and waits, up to timeout, until it is Ready and its
+// kubeconfig answers; it returns the VirtualCluster as last read and a client of the tenant.
+func readyTenant(ctx context.Context, e *env, vc *v1alpha1.VirtualCluster, timeout time.Duration) (kubernetes.Interface, error) {
+	if err := e.host.Create(ctx, vc); err != nil {
+		return nil, err
+	}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if err := e.host.Get(ctx, client.ObjectKeyFromObject(vc), vc); err != nil {
+			return false, nil
+		}
+		return meta.IsStatusConditionTrue(vc.Status.Conditions, v1alpha1.ConditionReady), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s/%s not Ready within %s: %w", vc.Namespace, vc.Name, timeout, err)
+	}
+	tenant, err := tenantClient(ctx, e, vc)
+	if err != nil {
+		return nil, err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := tenant.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s/%s: kubeconfig does not answer: %w", vc.Namespace, vc.Name, err)
+	}
+	return tenant, nil
+}
+
 // tenantClient reads a VirtualCluster's admin kubeconfig Secret.
 func tenantClient(ctx context.Context, e *env, vc *v1alpha1.VirtualCluster) (kubernetes.Interface, error) {
+	cfg, err := tenantConfig(ctx, e, vc)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// tenantConfig is the REST config of a VirtualCluster's admin kubeconfig Secret.
+func tenantConfig(ctx context.Context, e *env, vc *v1alpha1.VirtualCluster) (*rest.Config, error) {
 	ref := vc.Status.KubeconfigSecretRef
 	if ref == nil {
 		return nil, fmt.Errorf("%s has no kubeconfig yet", vc.Name)
@@ -104,5 +166,5 @@ func tenantClient(ctx context.Context, e *env, vc *v1alpha1.VirtualCluster) (kub
 		return nil, err
 	}
 	cfg.QPS, cfg.Burst = 100, 200
-	return kubernetes.NewForConfig(cfg)
+	return cfg, nil
 }

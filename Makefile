@@ -191,6 +191,11 @@ e2e: ## End-to-end tests against the local cluster ('make up' first); E2E_RUN=re
 	go test -tags e2e -count=1 -timeout 60m -v -run '$(E2E_RUN)' ./test/e2e/ -args -kubeconfig $(CURDIR)/_output/host.kubeconfig \
 		-kubectl $(KUBE_BIN)/kubectl
 
+.PHONY: bench
+BENCH ?= all
+bench: ## Benchmarks against the local cluster ('make up' first; all of them take about 20 minutes); BENCH='create --count=3' runs one. Never part of 'make test'.
+	go run ./test/bench --kubeconfig _output/host.kubeconfig --json _output/bench.json $(BENCH) | tee _output/bench.txt
+
 $(HELM):
 	@mkdir -p $(TOOLS_DIR)
 	GOBIN=$(TOOLS_DIR) go install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)

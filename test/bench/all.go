@@ -53,7 +53,7 @@ func all(ctx context.Context, e *env, args []string) ([]Figure, error) {
 		if len(d.tenants) == 0 {
 			return d.figures, errors.New("no tenant became Ready")
 		}
-		mem, err := idleMemory(ctx, e, d.tenants, *idle)
+		mem, err := idleMemory(ctx, e, d.tenants, *idle, "")
 		figures := append(d.figures, mem...)
 		if err != nil {
 			return figures, err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"testing"
@@ -123,5 +124,31 @@ func TestTrackerObserve(t *testing.T) {
 	tr.observe(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other"}})
 	if len(tr.seen) != 0 {
 		t.Errorf("a pod of no tenant was tracked: %v", tr.seen)
+	}
+}
+
+func TestComponentArgs(t *testing.T) {
+	var a componentArgs
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	a.register(fs)
+	if err := fs.Parse([]string{"--apiserver-arg=watch-cache=false", "--apiserver-arg", "--max-requests-inflight=50", "--scheduler-arg=v=2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Parse([]string{"--scheduler-arg=novalue"}); err == nil {
+		t.Error("a flag without = was accepted")
+	}
+	vc := &v1alpha1.VirtualCluster{}
+	a.apply(vc)
+	if got := vc.Spec.ControlPlane.APIServer.ExtraArgs; len(got) != 2 || got["watch-cache"] != "false" || got["max-requests-inflight"] != "50" {
+		t.Errorf("apiserver extraArgs %v", got)
+	}
+	if vc.Spec.ControlPlane.ControllerManager.ExtraArgs != nil {
+		t.Errorf("controller-manager extraArgs %v, want none", vc.Spec.ControlPlane.ControllerManager.ExtraArgs)
+	}
+	if got, want := a.String(), "; extra flags: kube-apiserver --max-requests-inflight=50 --watch-cache=false, kube-scheduler --v=2"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	if got := (&componentArgs{}).String(); got != "" {
+		t.Errorf("no extra flags: String() = %q, want empty", got)
 	}
 }

@@ -27,6 +27,8 @@ func createReady(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	fs := flag.NewFlagSet("create", flag.ExitOnError)
 	count := fs.Int("count", 10, "VirtualClusters per series")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long one VirtualCluster may take to be Ready")
+	var extra componentArgs
+	extra.register(fs)
 	_ = fs.Parse(args)
 	ns, cleanup, err := namespace(ctx, e, "bench-create")
 	if err != nil {
@@ -45,11 +47,11 @@ func createReady(ctx context.Context, e *env, args []string) ([]Figure, error) {
 		concurrent bool
 	}{{"sequential", false}, {"concurrent", true}} {
 		fmt.Printf("creating %d VirtualClusters, %s...\n", *count, series.name)
-		runs, err := createSeries(ctx, e, t, ns, series.name[:3], *count, series.concurrent, *timeout)
+		runs, err := createSeries(ctx, e, t, ns, series.name[:3], *count, series.concurrent, *timeout, &extra)
 		if err != nil {
 			return nil, err
 		}
-		method := fmt.Sprintf("%d VirtualClusters (NodePort, 1 etcd member on emptyDir) created %s; from the create call to the step first seen by a watch of the host (conditions of the VirtualCluster; its etcd and control-plane pods); the first kubectl call is the first successful namespace list with the kubeconfig Secret, retried every 50 ms", *count, map[bool]string{false: "one after another, each alone on the host", true: "at once"}[series.concurrent])
+		method := fmt.Sprintf("%d VirtualClusters (NodePort, 1 etcd member on emptyDir) created %s; from the create call to the step first seen by a watch of the host (conditions of the VirtualCluster; its etcd and control-plane pods); the first kubectl call is the first successful namespace list with the kubeconfig Secret, retried every 50 ms%s", *count, map[bool]string{false: "one after another, each alone on the host", true: "at once"}[series.concurrent], extra.String())
 		for _, s := range steps {
 			var ds []time.Duration
 			for _, r := range runs {
@@ -66,17 +68,17 @@ func createReady(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	return figures, nil
 }
 
-func createSeries(ctx context.Context, e *env, t *tracker, ns, prefix string, count int, concurrent bool, timeout time.Duration) ([]readyRun, error) {
+func createSeries(ctx context.Context, e *env, t *tracker, ns, prefix string, count int, concurrent bool, timeout time.Duration, extra *componentArgs) ([]readyRun, error) {
 	runs := make([]readyRun, count)
 	errs := make([]error, count)
 	var wg sync.WaitGroup
 	for i := range count {
 		name := fmt.Sprintf("%s-%d", prefix, i)
 		if concurrent {
-			wg.Go(func() { runs[i], errs[i] = createOne(ctx, e, t, ns, name, timeout) })
+			wg.Go(func() { runs[i], errs[i] = createOne(ctx, e, t, ns, name, timeout, extra) })
 			continue
 		}
-		runs[i], errs[i] = createOne(ctx, e, t, ns, name, timeout)
+		runs[i], errs[i] = createOne(ctx, e, t, ns, name, timeout, extra)
 		if errs[i] != nil {
 			break
 		}
@@ -120,8 +122,9 @@ func deleteTenants(e *env, ns string, names ...string) {
 }
 
 // createOne creates a VirtualCluster and follows it to Ready and a first answer from its API.
-func createOne(ctx context.Context, e *env, t *tracker, ns, name string, timeout time.Duration) (readyRun, error) {
+func createOne(ctx context.Context, e *env, t *tracker, ns, name string, timeout time.Duration, extra *componentArgs) (readyRun, error) {
 	vc := benchVC(ns, name)
+	extra.apply(vc)
 	t.forget(name)
 	start := time.Now()
 	if err := e.host.Create(ctx, vc); err != nil {

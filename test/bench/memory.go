@@ -42,6 +42,8 @@ func memory(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	fs := flag.NewFlagSet("memory", flag.ExitOnError)
 	tenants := fs.Int("tenants", 2, "idle tenants to measure (the figures are medians over them)")
 	idle := fs.Duration("idle", 2*time.Minute, "how long the tenants are left idle before they are measured")
+	var extra componentArgs
+	extra.register(fs)
 	_ = fs.Parse(args)
 	ns, cleanup, err := namespace(ctx, e, "bench-memory")
 	if err != nil {
@@ -51,18 +53,19 @@ func memory(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	var vcs []*v1alpha1.VirtualCluster
 	for i := range *tenants {
 		vc := benchVC(ns, fmt.Sprintf("idle-%d", i))
+		extra.apply(vc)
 		if _, err := readyTenant(ctx, e, vc, 5*time.Minute); err != nil {
 			return nil, err
 		}
 		vcs = append(vcs, vc)
 	}
-	return idleMemory(ctx, e, vcs, *idle)
+	return idleMemory(ctx, e, vcs, *idle, extra.String())
 }
 
 // idleMemory waits until the youngest of the tenants has been Ready for idle, then samples
 // the kubelets' stats of their containers four times, 10 s apart, and reports per component
 // the median over tenants of each container's median over samples.
-func idleMemory(ctx context.Context, e *env, vcs []*v1alpha1.VirtualCluster, idle time.Duration) ([]Figure, error) {
+func idleMemory(ctx context.Context, e *env, vcs []*v1alpha1.VirtualCluster, idle time.Duration, variant string) ([]Figure, error) {
 	fmt.Printf("leaving %d tenants idle for %s...\n", len(vcs), idle)
 	if err := sleep(ctx, idle); err != nil {
 		return nil, err
@@ -109,7 +112,7 @@ func idleMemory(ctx context.Context, e *env, vcs []*v1alpha1.VirtualCluster, idl
 	if cgroupFallback {
 		source += "; where the kubelet had no figure for a container, its cgroup (memory.usage_in_bytes - total_inactive_file; total_rss)"
 	}
-	method := fmt.Sprintf("%d idle tenants (no objects of their own, no nodes) %s after the last was Ready; each container sampled 4 times 10 s apart, median sample, median tenant; working set = usage - inactive file pages; from %s", len(vcs), idle, source)
+	method := fmt.Sprintf("%d idle tenants (no objects of their own, no nodes) %s after the last was Ready; each container sampled 4 times 10 s apart, median sample, median tenant; working set = usage - inactive file pages, RSS = anonymous memory; from %s%s", len(vcs), idle, source, variant)
 	var figures []Figure
 	for _, c := range append(slices.Clone(components), "sum") {
 		us := perComponent[c]

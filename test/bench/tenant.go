@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -167,4 +171,63 @@ func tenantConfig(ctx context.Context, e *env, vc *v1alpha1.VirtualCluster) (*re
 	}
 	cfg.QPS, cfg.Burst = 100, 200
 	return cfg, nil
+}
+
+// componentArgs are extra flags for the tenants' control-plane components (the VirtualCluster's
+// extraArgs), from repeatable command-line flags, to measure what a flag changes.
+type componentArgs struct {
+	apiserver, controllerManager, scheduler keyValues
+}
+
+func (a *componentArgs) register(fs *flag.FlagSet) {
+	fs.Var(&a.apiserver, "apiserver-arg", "extra kube-apiserver flag of the tenants, name=value (repeatable)")
+	fs.Var(&a.controllerManager, "controller-manager-arg", "extra kube-controller-manager flag of the tenants, name=value (repeatable)")
+	fs.Var(&a.scheduler, "scheduler-arg", "extra kube-scheduler flag of the tenants, name=value (repeatable)")
+}
+
+// apply sets the extra flags on a VirtualCluster.
+func (a *componentArgs) apply(vc *v1alpha1.VirtualCluster) {
+	vc.Spec.ControlPlane.APIServer.ExtraArgs = a.apiserver.m
+	vc.Spec.ControlPlane.ControllerManager.ExtraArgs = a.controllerManager.m
+	vc.Spec.ControlPlane.Scheduler.ExtraArgs = a.scheduler.m
+}
+
+// String says which extra flags are set, for a method: empty when none are.
+func (a *componentArgs) String() string {
+	var parts []string
+	for _, c := range []struct {
+		name string
+		kv   keyValues
+	}{{"kube-apiserver", a.apiserver}, {"kube-controller-manager", a.controllerManager}, {"kube-scheduler", a.scheduler}} {
+		if len(c.kv.m) > 0 {
+			parts = append(parts, c.name+" "+c.kv.String())
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; extra flags: " + strings.Join(parts, ", ")
+}
+
+// keyValues is a repeatable name=value flag.
+type keyValues struct{ m map[string]string }
+
+func (kv *keyValues) String() string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(kv.m)) {
+		out = append(out, "--"+k+"="+kv.m[k])
+	}
+	return strings.Join(out, " ")
+}
+
+func (kv *keyValues) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q is not name=value", s)
+	}
+	if kv.m == nil {
+		kv.m = map[string]string{}
+	}
+	kv.m[strings.TrimPrefix(k, "--")] = v
+	return nil
 }

@@ -1,0 +1,191 @@
+//go:build benchlocal
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/testtenant"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
+)
+
+// TestIdleProcessMemory runs an idle tenant control plane as processes of this machine (the
+// smoke test's harness: the operator's own certificates and flags) once per variant, and
+// reports each process's memory after it has been idle; no cluster needed. It shows what a
+// Go runtime setting or a component flag would save before anyone changes the operator:
+//
+//	BENCH_IDLE=2m go test -tags benchlocal -run TestIdleProcessMemory -v -timeout 30m ./test/bench/
+//
+// BENCH_VARIANTS=baseline,GOGC=50 runs only those (comma-separated names).
+//
+// The variants run one after another, so each has the machine to itself.
+func TestIdleProcessMemory(t *testing.T) {
+	idle := 2 * time.Minute
+	if v := os.Getenv("BENCH_IDLE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = d
+	}
+	only := os.Getenv("BENCH_VARIANTS") // comma-separated names; empty: all
+	bin := testtenant.Binary(t)
+	variants := []struct {
+		name      string
+		env       map[string]string
+		apiserver map[string]string
+		kcm       map[string]string
+	}{
+		{name: "baseline"},
+		{name: "GOGC=50", env: map[string]string{"GOGC": "50"}},
+		{name: "GOGC=25", env: map[string]string{"GOGC": "25"}},
+		{name: "apiserver --watch-cache=false", apiserver: map[string]string{"watch-cache": "false"}},
+		{name: "apiserver --enable-priority-and-fairness=false", apiserver: map[string]string{"enable-priority-and-fairness": "false"}},
+		// Not a saving: the apiserver's heap profile, in $BENCH_PPROF_DIR, says what the heap holds.
+		{name: "apiserver --profiling=true", apiserver: map[string]string{"profiling": "true"}},
+		{name: "controller-manager --concurrent-gc-syncs=1 --controllers=*,bootstrapsigner,tokencleaner,-horizontalpodautoscaling,-cronjob,-ttl-after-finished,-resourcequota",
+			kcm: map[string]string{"concurrent-gc-syncs": "1", "controllers": "*,bootstrapsigner,tokencleaner,-horizontalpodautoscaling,-cronjob,-ttl-after-finished,-resourcequota"}},
+	}
+	var report []string
+	for _, v := range variants {
+		if only != "" && !strings.Contains(","+only+",", ","+v.name+",") {
+			continue
+		}
+		t.Run(v.name, func(t *testing.T) {
+			for k, val := range v.env {
+				t.Setenv(k, val) // the processes inherit this test's environment
+			}
+			vc := &v1alpha1.VirtualCluster{
+				ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "tenants", UID: types.UID("6b1f7a52-0000-4000-8000-0000000000b1")},
+				Spec: v1alpha1.VirtualClusterSpec{
+					Etcd: v1alpha1.EtcdSpec{Replicas: 1, Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
+				},
+			}
+			vc.Spec.ControlPlane.APIServer.ExtraArgs = v.apiserver
+			vc.Spec.ControlPlane.ControllerManager.ExtraArgs = v.kcm
+			tenant, cfgBytes := startLocalTenant(t, bin, vc)
+			cfg, err := clientcmd.RESTConfigFromKubeConfig(cfgBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			if err := tenant.WaitReady(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			ready := time.Since(tenant.Started)
+			time.Sleep(idle)
+			if dir := os.Getenv("BENCH_PPROF_DIR"); dir != "" && v.apiserver["profiling"] == "true" {
+				heap, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(context.Background())
+				if err != nil {
+					t.Fatalf("heap profile: %v", err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, "apiserver.heap"), heap, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			line := fmt.Sprintf("%-40s ready %5.1fs", v.name, ready.Seconds())
+			var anon, rss int64
+			for _, p := range tenant.Processes {
+				if p.Exited() {
+					t.Fatalf("%s exited:\n%s", p.Name, p.Tail())
+				}
+				st := procStatus(t, p)
+				anon += st["RssAnon"]
+				rss += st["VmRSS"]
+				line += fmt.Sprintf(" | %s anon %3d rss %3d", p.Name, st["RssAnon"]/1024, st["VmRSS"]/1024)
+			}
+			line += fmt.Sprintf(" | sum anon %3d rss %3d MiB", anon/1024, rss/1024)
+			t.Log(line)
+			report = append(report, line)
+		})
+	}
+	t.Logf("after %s idle (MiB; anon = RssAnon, rss = VmRSS incl. the binary's file pages):\n%s", idle, strings.Join(report, "\n"))
+}
+
+// startLocalTenant issues the tenant's certificates as the operator does and starts its
+// processes; it returns them and the admin kubeconfig for this machine.
+func startLocalTenant(t *testing.T, bin string, vc *v1alpha1.VirtualCluster) (*testtenant.Tenant, []byte) {
+	now := time.Now()
+	settings := controlplane.DefaultSettings()
+	auth, err := controlplane.NewAuthorities(vc.Name, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, err := controlplane.LeafSpecs(vc, settings, controlplane.Exposure{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaves, _, err := controlplane.EnsureLeaves(auth, specs, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdSecret, err := controlplane.EtcdCertsSecret(vc, auth, leaves)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpSecret, err := controlplane.ControlPlaneCertsSecret(vc, auth, leaves)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signerSecret, err := controlplane.KubeletSignerSecret(vc, auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := testtenant.Run(t, bin, vc, settings, etcdSecret, cpSecret, signerSecret)
+	kc, err := controlplane.KubeconfigSecret(vc, auth, leaves, "https://"+tenant.APIServerAddress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tenant, kc.Data[controlplane.KeyKubeconfig]
+}
+
+// procStatus reads the memory lines of /proc/<pid>/status, in KiB, of the process this test
+// started for p: a child of this process running "nest-controlplane <p.Name>".
+func procStatus(t *testing.T, p *testtenant.Process) map[string]int64 {
+	pid := 0
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		stat, err := os.ReadFile(filepath.Join(d, "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after its ")".
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		cmdline, _ := os.ReadFile(filepath.Join(d, "cmdline"))
+		args := strings.Split(string(cmdline), "\x00")
+		if len(fields) > 1 && fields[1] == strconv.Itoa(os.Getpid()) && len(args) > 1 && args[1] == p.Name {
+			pid, _ = strconv.Atoi(filepath.Base(d))
+		}
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatalf("no process for %s: %v", p.Name, err)
+	}
+	defer f.Close()
+	out := map[string]int64{}
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		k, v, ok := strings.Cut(s.Text(), ":")
+		if !ok || !strings.HasSuffix(v, " kB") {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(v, " kB")), 10, 64)
+		out[k] = n
+	}
+	return out
+}

@@ -80,12 +80,17 @@ Flags:
 		flag.Usage()
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// The first Ctrl-C ends the benchmark, which then deletes what it created; a second one
+	// ends the program at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		<-ctx.Done()
-		stop() // a second Ctrl-C ends the program at once
+		<-signals
+		signal.Stop(signals)
 		fmt.Fprintln(os.Stderr, "bench: interrupted; deleting what this run created (Ctrl-C again to leave it, then 'bench cleanup')")
+		cancel()
 	}()
 	e, err := newEnv(*kubeconfig, *image)
 	if err != nil {

@@ -286,13 +286,21 @@ func newChrome(t *testing.T, ctx context.Context) context.Context {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(1280, 900),
 	}
-	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	bctx, cancel := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("starting chromium: %v", err)
+	// Chromium now and then exits at start on a loaded machine (the full e2e run): try again.
+	for attempt := 1; attempt <= 3; attempt++ {
+		alloc, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+		bctx, cancel := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+		if err = chromedp.Do(bctx); err == nil {
+			t.Cleanup(func() { cancel(); cancelAlloc() })
+			return bctx
+		}
+		cancel()
+		cancelAlloc()
+		t.Logf("starting chromium (attempt %d of 3): %v", attempt, err)
+		time.Sleep(2 * time.Second)
 	}
-	return bctx
+	t.Fatalf("starting chromium: %v", err)
+	return nil
 }
 
 // run runs browser actions, bounded, and fails the test with what it was doing.

@@ -13,6 +13,7 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -201,6 +202,15 @@ func TestLifecycle(t *testing.T) {
 				t.Errorf("%T %s: labels %v", o, o.GetName(), o.GetLabels())
 			}
 		}
+		// The tenant's Service range is its own, registered in the host.
+		sc := &networkingv1.ServiceCIDR{}
+		if got.Status.ServiceCIDR == "" {
+			t.Error("status.serviceCIDR is empty")
+		} else if err := c.Get(ctx, client.ObjectKey{Name: naming.ServiceCIDR(got.Status.ServiceCIDR)}, sc); err != nil {
+			t.Errorf("host ServiceCIDR for %s: %v", got.Status.ServiceCIDR, err)
+		} else if sc.Labels[naming.LabelVirtualCluster] != vc.Name || sc.Labels[naming.LabelVirtualClusterNamespace] != ns {
+			t.Errorf("ServiceCIDR %s labels %v", sc.Name, sc.Labels)
+		}
 	})
 
 	t.Run("secrets", func(t *testing.T) {
@@ -359,6 +369,16 @@ func TestLifecycle(t *testing.T) {
 			}
 			if n := meta.LenList(l); n != 0 {
 				t.Errorf("%T: %d left after the VirtualCluster was deleted", l, n)
+			}
+		}
+		// The Service range is given back (the host finalizes it once no Service uses it).
+		scs := &networkingv1.ServiceCIDRList{}
+		if err := c.List(ctx, scs, client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}); err != nil {
+			t.Fatal(err)
+		}
+		for _, sc := range scs.Items {
+			if sc.DeletionTimestamp.IsZero() {
+				t.Errorf("ServiceCIDR %s is not being deleted", sc.Name)
 			}
 		}
 	})

@@ -57,8 +57,13 @@ func (r *Reconciler) serviceCIDR(ctx context.Context, vc *v1alpha1.VirtualCluste
 	}
 }
 
+// ensureServiceCIDR registers the tenant's range again if someone deleted its ServiceCIDR.
 func (r *Reconciler) ensureServiceCIDR(ctx context.Context, vc *v1alpha1.VirtualCluster, cidr string) error {
-	err := r.Client.Create(ctx, desiredServiceCIDR(vc, cidr), fieldOwner)
+	want := desiredServiceCIDR(vc, cidr)
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), &networkingv1.ServiceCIDR{})
+	if apierrors.IsNotFound(err) {
+		err = r.Client.Create(ctx, want, fieldOwner)
+	}
 	if err == nil || apierrors.IsAlreadyExists(err) {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,23 +90,30 @@ func promotion(ctx context.Context, e *env, args []string) ([]Figure, error) {
 		if _, err := tenant.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err != nil && back["gone from the tenant"] == 0 {
 			back["gone from the tenant"] = time.Since(start)
 		}
+		// The host Node's Ready condition is as the kubelet left it when it went: the kubelet is
+		// back when it renews its host Lease again.
+		lease := &coordinationv1.Lease{}
+		if e.host.Get(ctx, client.ObjectKey{Namespace: corev1.NamespaceNodeLease, Name: node}, lease) == nil &&
+			lease.Spec.RenewTime != nil && lease.Spec.RenewTime.After(start) && back["host kubelet back"] == 0 {
+			back["host kubelet back"] = time.Since(start)
+		}
 		n := &corev1.Node{}
 		return e.host.Get(ctx, client.ObjectKey{Name: node}, n) == nil && nodeReady(n) && !n.Spec.Unschedulable &&
-			back[string(v1alpha1.PoolNodeInHost)] > 0, nil
+			back[string(v1alpha1.PoolNodeInHost)] > 0 && back["host kubelet back"] > 0, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s not back in the host after %s (seen: %v)", node, *timeout, back)
 	}
 	back["host Node Ready and schedulable"] = time.Since(start)
 
-	method := fmt.Sprintf("node %s lent to an idle tenant (spec.nodes.promotions count 0→1) and given back (1→0); times from the patch to the step first seen, polling every 100 ms", node)
+	method := fmt.Sprintf("node %s lent to an idle tenant (spec.nodes.promotions count 0→1) and given back (1→0); times from the patch to the step first seen, polling every 100 ms; the host kubelet is back when it renews its Lease in the host", node)
 	var figures []Figure
 	for _, s := range []string{string(v1alpha1.PoolNodeDraining), string(v1alpha1.PoolNodeJoiningTenant), string(v1alpha1.PoolNodeInTenant), "tenant Node Ready", "NodesReady"} {
 		if d, ok := lend[s]; ok {
 			figures = append(figures, Figure{"promotion: lend → " + s, d.Seconds(), "s", method})
 		}
 	}
-	for _, s := range []string{string(v1alpha1.PoolNodeReturning), "gone from the tenant", string(v1alpha1.PoolNodeInHost), "host Node Ready and schedulable"} {
+	for _, s := range []string{string(v1alpha1.PoolNodeReturning), "gone from the tenant", string(v1alpha1.PoolNodeInHost), "host kubelet back", "host Node Ready and schedulable"} {
 		if d, ok := back[s]; ok {
 			figures = append(figures, Figure{"promotion: return → " + s, d.Seconds(), "s", method})
 		}

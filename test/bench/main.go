@@ -22,6 +22,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -29,6 +30,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 )
@@ -76,6 +78,8 @@ Flags:
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	// controller-runtime (the tracker's cache) logs nothing here, and says so once if unset.
+	ctrllog.SetLogger(logr.Discard())
 	if flag.NArg() < 1 {
 		flag.Usage()
 		os.Exit(2)

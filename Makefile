@@ -193,7 +193,7 @@ e2e: ## End-to-end tests against the local cluster ('make up' first); E2E_RUN=re
 
 .PHONY: bench
 BENCH ?= all
-bench: ## Benchmarks against the local cluster ('make up' first; all of them take about 20 minutes); BENCH='create --count=3' runs one. Never part of 'make test'.
+bench: ## Benchmarks against the local cluster ('make up' first; all of them take about 15 minutes); BENCH='create --count=3' runs one. Never part of 'make test'.
 	go run ./test/bench --kubeconfig _output/host.kubeconfig --json _output/bench.json $(BENCH) | tee -i _output/bench.txt
 
 $(HELM):

@@ -39,6 +39,45 @@ type Tenant struct {
 	Processes []*Process
 }
 
+// RunStandalone issues vc's certificates as the operator does, with the default settings, and
+// runs its control plane from them (see Run). It returns the tenant and the admin kubeconfig
+// for where the apiserver listens on this machine.
+func RunStandalone(t *testing.T, bin string, vc *v1alpha1.VirtualCluster) (*Tenant, []byte) {
+	t.Helper()
+	now := time.Now()
+	settings := controlplane.DefaultSettings()
+	auth, err := controlplane.NewAuthorities(vc.Name, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, err := controlplane.LeafSpecs(vc, settings, controlplane.Exposure{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaves, _, err := controlplane.EnsureLeaves(auth, specs, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdSecret, err := controlplane.EtcdCertsSecret(vc, auth, leaves)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpSecret, err := controlplane.ControlPlaneCertsSecret(vc, auth, leaves)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signerSecret, err := controlplane.KubeletSignerSecret(vc, auth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := Run(t, bin, vc, settings, etcdSecret, cpSecret, signerSecret)
+	kc, err := controlplane.KubeconfigSecret(vc, auth, leaves, "https://"+tenant.APIServerAddress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tenant, kc.Data[controlplane.KeyKubeconfig]
+}
+
 // Run starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler for vc from the
 // etcd, control-plane certificate and kubelet signer Secrets, with the flags the operator's builders give the
 // pods. They stop when the test ends.

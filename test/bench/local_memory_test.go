@@ -20,7 +20,6 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/testtenant"
-	"github.com/kubenest-io/kubenest/pkg/controlplane"
 )
 
 // TestIdleProcessMemory runs an idle tenant control plane as processes of this machine (the
@@ -79,7 +78,7 @@ func TestIdleProcessMemory(t *testing.T) {
 			}
 			vc.Spec.ControlPlane.APIServer.ExtraArgs = v.apiserver
 			vc.Spec.ControlPlane.ControllerManager.ExtraArgs = v.kcm
-			tenant, cfgBytes := startLocalTenant(t, bin, vc)
+			tenant, cfgBytes := testtenant.RunStandalone(t, bin, vc)
 			cfg, err := clientcmd.RESTConfigFromKubeConfig(cfgBytes)
 			if err != nil {
 				t.Fatal(err)
@@ -117,43 +116,6 @@ func TestIdleProcessMemory(t *testing.T) {
 		})
 	}
 	t.Logf("after %s idle (MiB; anon = RssAnon, rss = VmRSS incl. the binary's file pages):\n%s", idle, strings.Join(report, "\n"))
-}
-
-// startLocalTenant issues the tenant's certificates as the operator does and starts its
-// processes; it returns them and the admin kubeconfig for this machine.
-func startLocalTenant(t *testing.T, bin string, vc *v1alpha1.VirtualCluster) (*testtenant.Tenant, []byte) {
-	now := time.Now()
-	settings := controlplane.DefaultSettings()
-	auth, err := controlplane.NewAuthorities(vc.Name, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	specs, err := controlplane.LeafSpecs(vc, settings, controlplane.Exposure{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaves, _, err := controlplane.EnsureLeaves(auth, specs, nil, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	etcdSecret, err := controlplane.EtcdCertsSecret(vc, auth, leaves)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cpSecret, err := controlplane.ControlPlaneCertsSecret(vc, auth, leaves)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signerSecret, err := controlplane.KubeletSignerSecret(vc, auth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tenant := testtenant.Run(t, bin, vc, settings, etcdSecret, cpSecret, signerSecret)
-	kc, err := controlplane.KubeconfigSecret(vc, auth, leaves, "https://"+tenant.APIServerAddress)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tenant, kc.Data[controlplane.KeyKubeconfig]
 }
 
 // procStatus reads the memory lines of /proc/<pid>/status, in KiB, of the process this test

@@ -19,53 +19,20 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/testtenant"
-	"github.com/kubenest-io/kubenest/pkg/controlplane"
 )
 
 func TestControlPlaneProcesses(t *testing.T) {
 	bin := testtenant.Binary(t)
-	now := time.Now()
 	vc := &v1alpha1.VirtualCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "smoke", Namespace: "tenants", UID: types.UID("6b1f7a52-0000-4000-8000-000000000001")},
 		Spec: v1alpha1.VirtualClusterSpec{
 			Etcd: v1alpha1.EtcdSpec{Replicas: 1, Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
 		},
 	}
-	settings := controlplane.DefaultSettings()
-
-	// The operator's material: authorities, leaves and the Secrets the pods mount.
-	auth, err := controlplane.NewAuthorities(vc.Name, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	specs, err := controlplane.LeafSpecs(vc, settings, controlplane.Exposure{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaves, _, err := controlplane.EnsureLeaves(auth, specs, nil, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	etcdSecret, err := controlplane.EtcdCertsSecret(vc, auth, leaves)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cpSecret, err := controlplane.ControlPlaneCertsSecret(vc, auth, leaves)
-	if err != nil {
-		t.Fatal(err)
-	}
-	signerSecret, err := controlplane.KubeletSignerSecret(vc, auth)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tenant := testtenant.Run(t, bin, vc, settings, etcdSecret, cpSecret, signerSecret)
-
-	// The admin kubeconfig, as the operator writes it, for this machine's endpoint.
-	kcSecret, err := controlplane.KubeconfigSecret(vc, auth, leaves, "https://"+tenant.APIServerAddress)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kcSecret.Data[controlplane.KeyKubeconfig])
+	// The operator's material (authorities, leaves, the Secrets the pods mount) and the admin
+	// kubeconfig, as the operator writes it, for this machine's endpoint.
+	tenant, admin := testtenant.RunStandalone(t, bin, vc)
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(admin)
 	if err != nil {
 		t.Fatal(err)
 	}

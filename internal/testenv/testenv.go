@@ -5,6 +5,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -19,6 +20,7 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"go.etcd.io/etcd/server/v3/embed"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
@@ -113,6 +115,29 @@ func (e *Env) WriteKubeconfig(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// CreateFromChartFile creates every object of a multi-document YAML file of the chart's
+// files/ folder (RBAC, admission policies) as the chart installs it.
+func CreateFromChartFile(t *testing.T, ctx context.Context, c client.Client, name string) {
+	t.Helper()
+	path := filepath.Join(RepoRoot(), "charts", "kubenest", "files", name)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := c.Create(ctx, u); err != nil {
+			t.Fatalf("%s: creating %s %s: %v", path, u.GetKind(), u.GetName(), err)
+		}
+	}
 }
 
 // RepoRoot is the root of this repository.

@@ -1,7 +1,6 @@
 package portal_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
@@ -11,8 +10,6 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -26,11 +23,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/testenv"
@@ -420,7 +415,7 @@ func newWorld(t *testing.T) *world {
 			t.Fatal(err)
 		}
 	}
-	applyYAMLFile(t, ctx, c, filepath.Join(testenv.RepoRoot(), "charts", "kubenest", "files", "portal-rbac.yaml"))
+	testenv.CreateFromChartFile(t, ctx, c, "portal-rbac.yaml")
 	// The chart's bindings: the portal reviews tokens and impersonates; its signer reads Secrets.
 	w := &world{env: env, cs: cs, clock: &atomic.Int64{}}
 	portalToken := w.serviceAccount(t, ctx, portalNS, "portal")
@@ -531,27 +526,6 @@ func bindNamespace(t *testing.T, ctx context.Context, c client.Client, ns, role,
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}}}
 	if err := c.Create(ctx, rb); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// applyYAMLFile creates every object of a multi-document YAML file.
-func applyYAMLFile(t *testing.T, ctx context.Context, c client.Client, path string) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := c.Create(ctx, u); err != nil {
-			t.Fatalf("%s: creating %s %s: %v", path, u.GetKind(), u.GetName(), err)
-		}
 	}
 }
 

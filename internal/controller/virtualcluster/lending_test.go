@@ -1,7 +1,6 @@
 package virtualcluster_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -18,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -29,7 +27,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/testenv"
@@ -63,7 +60,7 @@ func TestNodeLending(t *testing.T) {
 	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "default"}}); err != nil {
 		t.Fatal(err)
 	}
-	applyYAMLFile(t, ctx, c, filepath.Join(testenv.RepoRoot(), "charts", "kubenest", "files", "node-agent.yaml"))
+	testenv.CreateFromChartFile(t, ctx, c, "node-agent.yaml")
 	routes := &tenantRoutes{}
 	startOperator(t, env, routes)
 
@@ -394,26 +391,5 @@ func mustCreateObj(t *testing.T, ctx context.Context, c client.Client, obj clien
 	t.Helper()
 	if err := c.Create(ctx, obj); err != nil {
 		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
-	}
-}
-
-// applyYAMLFile creates every object of a multi-document YAML file.
-func applyYAMLFile(t *testing.T, ctx context.Context, c client.Client, path string) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := c.Create(ctx, u); err != nil {
-			t.Fatalf("%s: creating %s %s: %v", path, u.GetKind(), u.GetName(), err)
-		}
 	}
 }

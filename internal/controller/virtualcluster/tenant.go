@@ -13,6 +13,7 @@ import (
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/kubectl/pkg/util/podutils"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
@@ -73,7 +74,7 @@ func (r *Reconciler) tenantDNS(ctx context.Context, vc *v1alpha1.VirtualCluster,
 	}
 	var ips []string
 	for _, p := range pods.Items {
-		if p.Status.PodIP != "" && p.DeletionTimestamp == nil && podReady(&p) {
+		if p.Status.PodIP != "" && p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
 			ips = append(ips, p.Status.PodIP)
 		}
 	}
@@ -105,15 +106,6 @@ func (r *Reconciler) tenantDNS(ctx context.Context, vc *v1alpha1.VirtualCluster,
 		return fmt.Errorf("writing the tenant's %s EndpointSlice: %w", svc.Name, err)
 	}
 	return nil
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // tenantConfig is the admin client configuration for the tenant's in-cluster endpoint.

@@ -250,7 +250,9 @@ func hostPodsOf(t *testing.T, ctx context.Context, ns, vc string) []corev1.Pod {
 	return live
 }
 
-func killOperator(t *testing.T, ctx context.Context) {
+// killOperator deletes the operator's pods at once, as a crash would, and returns the name of
+// the first.
+func killOperator(t *testing.T, ctx context.Context) string {
 	t.Helper()
 	ops := &corev1.PodList{}
 	if err := host.List(ctx, ops, client.MatchingLabels{"app.kubernetes.io/component": "operator"}); err != nil || len(ops.Items) == 0 {
@@ -261,6 +263,7 @@ func killOperator(t *testing.T, ctx context.Context) {
 			t.Fatal(err)
 		}
 	}
+	return ops.Items[0].Name
 }
 
 // portForward runs kubectl port-forward to a tenant pod and returns what one connection reads.

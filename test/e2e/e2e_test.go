@@ -221,16 +221,7 @@ func TestOperatorRestartMidProvisioning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops := &corev1.PodList{}
-	if err := host.List(ctx, ops, client.MatchingLabels{"app.kubernetes.io/component": "operator"}); err != nil || len(ops.Items) == 0 {
-		t.Fatalf("operator pods: %v (%d)", err, len(ops.Items))
-	}
-	for _, p := range ops.Items {
-		if err := host.Delete(ctx, &p, client.GracePeriodSeconds(0)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Logf("deleted the operator pod %s while %s was %s", ops.Items[0].Name, vc.Name, phaseOf(ctx, vc))
+	t.Logf("deleted the operator pod %s while %s was %s", killOperator(t, ctx), vc.Name, phaseOf(ctx, vc))
 	waitReady(t, ctx, vc)
 
 	// Nothing twice: one of each object, and one ReplicaSet of the control plane, which a

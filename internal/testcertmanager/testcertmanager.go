@@ -8,7 +8,6 @@ package testcertmanager
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,13 +15,9 @@ import (
 
 	controllerpkg "github.com/cert-manager/cert-manager/pkg/controller"
 	logf "github.com/cert-manager/cert-manager/pkg/logs"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
+
+	"github.com/kubenest-io/kubenest/internal/crdinstall"
 
 	// The controllers register themselves with controllerpkg.Known().
 	_ "github.com/cert-manager/cert-manager/pkg/controller/certificaterequests/approver"
@@ -72,48 +67,11 @@ func CRDDir(ctx context.Context) (string, error) {
 // InstallCRDs creates or updates the CRDs of cert-manager's kinds the controllers use, from
 // dir (see CRDDir), and waits until they are served.
 func InstallCRDs(ctx context.Context, cfg *rest.Config, dir string) error {
-	client, err := apiextensionsclient.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	crds := client.ApiextensionsV1().CustomResourceDefinitions()
+	paths := make([]string, 0, len(crdFiles))
 	for _, f := range crdFiles {
-		data, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			return err
-		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.Unmarshal(data, crd); err != nil {
-			return fmt.Errorf("%s: %w", f, err)
-		}
-		existing, err := crds.Get(ctx, crd.Name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			_, err = crds.Create(ctx, crd, metav1.CreateOptions{})
-		case err == nil:
-			crd.ResourceVersion = existing.ResourceVersion
-			_, err = crds.Update(ctx, crd, metav1.UpdateOptions{})
-		}
-		if err != nil {
-			return fmt.Errorf("installing CRD %s: %w", crd.Name, err)
-		}
-		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			got, err := crds.Get(ctx, crd.Name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			for _, c := range got.Status.Conditions {
-				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
-		if err != nil {
-			return fmt.Errorf("CRD %s not established: %w", crd.Name, err)
-		}
+		paths = append(paths, filepath.Join(dir, f))
 	}
-	return nil
+	return crdinstall.Install(ctx, cfg, paths...)
 }
 
 // Run runs the controllers until ctx ends. kubeconfig reaches the host cluster with rights

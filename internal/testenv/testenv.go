@@ -22,7 +22,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -34,6 +33,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/crdinstall"
 )
 
 // Env is a running host control plane.
@@ -153,33 +153,8 @@ func (e *Env) installCRDs(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no CRDs in %s (run make generate): %v", dir, err)
 	}
-	ctx := context.Background()
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(data, crd); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if err := e.Client.Create(ctx, crd); err != nil {
-			t.Fatalf("creating CRD %s: %v", crd.Name, err)
-		}
-		err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			if err := e.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd); err != nil {
-				return false, err
-			}
-			for _, c := range crd.Status.Conditions {
-				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
-		if err != nil {
-			t.Fatalf("CRD %s not established: %v", crd.Name, err)
-		}
+	if err := crdinstall.Install(context.Background(), e.Config, files...); err != nil {
+		t.Fatal(err)
 	}
 	// The client's REST mapper learns the new kinds lazily; a fresh client sees them.
 	c, err := client.New(e.Config, client.Options{Scheme: scheme.Scheme})

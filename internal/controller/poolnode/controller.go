@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/condition"
 	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/internal/tenantclient"
 	"github.com/kubenest-io/kubenest/pkg/nodepool"
@@ -118,7 +119,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	before := pn.DeepCopy()
 	now := r.Clock.Now()
-	conds := conditionSetter{list: &pn.Status.Conditions, generation: pn.Generation, now: now}
+	conds := conditionSetter{condition.Setter{List: &pn.Status.Conditions, Generation: pn.Generation, Now: now}}
 	result, drained, err := r.reconcileNode(ctx, pn, node, conds)
 	conds.reporting(pn, now, r.AgentTimeout)
 	pn.Status.Phase = nodepool.Phase(pn, drained, now, r.AgentTimeout)
@@ -159,7 +160,7 @@ func (r *Reconciler) reconcileNode(ctx context.Context, pn *v1alpha1.PoolNode, n
 			return reconcile.Result{}, false, err
 		}
 		if node == nil {
-			conds.set(v1alpha1.PoolNodeConditionDrained, false, "NodeMissing", "the host has no Node of this name")
+			conds.Set(v1alpha1.PoolNodeConditionDrained, false, "NodeMissing", "the host has no Node of this name")
 			return reconcile.Result{RequeueAfter: steadyInterval}, false, nil
 		}
 		remaining, why, err := r.drain(ctx, node)
@@ -167,7 +168,7 @@ func (r *Reconciler) reconcileNode(ctx context.Context, pn *v1alpha1.PoolNode, n
 			return reconcile.Result{}, false, err
 		}
 		if remaining > 0 || why != "" {
-			conds.set(v1alpha1.PoolNodeConditionDrained, false, "Evicting", fmt.Sprintf("%d pods left to evict%s", remaining, withWhy(why)))
+			conds.Set(v1alpha1.PoolNodeConditionDrained, false, "Evicting", fmt.Sprintf("%d pods left to evict%s", remaining, withWhy(why)))
 			return reconcile.Result{RequeueAfter: drainRetryInterval}, false, nil
 		}
 		name, err := r.ensureJoinSecret(ctx, pn, vc)
@@ -180,7 +181,7 @@ func (r *Reconciler) reconcileNode(ctx context.Context, pn *v1alpha1.PoolNode, n
 			return reconcile.Result{}, true, err
 		}
 		// After the patch: its answer carries the stored status, which would drop this.
-		conds.set(v1alpha1.PoolNodeConditionDrained, true, "Drained", "the host's pods are gone from the node (DaemonSet pods stay)")
+		conds.Set(v1alpha1.PoolNodeConditionDrained, true, "Drained", "the host's pods are gone from the node (DaemonSet pods stay)")
 		ctrl.LoggerFrom(ctx).Info("node drained; its agent may join the tenant", "tenant", nodepool.TenantKey(t))
 		return reconcile.Result{RequeueAfter: switchRetryInterval}, true, nil
 
@@ -193,7 +194,7 @@ func (r *Reconciler) reconcileNode(ctx context.Context, pn *v1alpha1.PoolNode, n
 		if _, err := r.ensureJoinSecret(ctx, pn, vc); err != nil {
 			return reconcile.Result{}, true, err
 		}
-		conds.set(v1alpha1.PoolNodeConditionKubeletReady, false, "Joining", "the node agent is moving the kubelet to the tenant"+agentSays(pn))
+		conds.Set(v1alpha1.PoolNodeConditionKubeletReady, false, "Joining", "the node agent is moving the kubelet to the tenant"+agentSays(pn))
 		return reconcile.Result{RequeueAfter: switchRetryInterval}, true, nil
 
 	case pn.Spec.JoinSecretName != "":
@@ -207,7 +208,7 @@ func (r *Reconciler) reconcileNode(ctx context.Context, pn *v1alpha1.PoolNode, n
 		return reconcile.Result{RequeueAfter: switchRetryInterval}, false, nil
 
 	case !nodepool.InHost(pn):
-		conds.set(v1alpha1.PoolNodeConditionKubeletReady, false, "Returning", "the node agent is moving the kubelet back to the host"+agentSays(pn))
+		conds.Set(v1alpha1.PoolNodeConditionKubeletReady, false, "Returning", "the node agent is moving the kubelet back to the host"+agentSays(pn))
 		return reconcile.Result{RequeueAfter: switchRetryInterval}, false, nil
 
 	default:

@@ -59,7 +59,7 @@ func (r *Reconciler) issuedCA(ctx context.Context, vc *v1alpha1.VirtualCluster, 
 	if err != nil {
 		return nil, err
 	}
-	ca, err := controlplane.IssuedCA(s.Data, conds.now)
+	ca, err := controlplane.IssuedCA(s.Data, conds.Now)
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Info("cert-manager's Secret does not hold a usable CA yet", "secret", cert.Spec.SecretName, "problem", err.Error())
 		conds.caNotIssued(ReasonCAPending, fmt.Sprintf("cert-manager's Secret %s does not hold a usable CA: %v", cert.Spec.SecretName, err))

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/condition"
 	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
@@ -127,7 +128,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	before := vc.DeepCopy()
-	conds := conditions{list: &vc.Status.Conditions, generation: vc.Generation, now: r.Clock.Now()}
+	conds := conditions{condition.Setter{List: &vc.Status.Conditions, Generation: vc.Generation, Now: r.Clock.Now()}}
 	result, err := r.reconcileNormal(ctx, vc, conds)
 	conds.ready()
 	vc.Status.Phase = phase(vc.Status.Conditions, before.Status.Phase, false)
@@ -241,7 +242,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		} else {
 			vc.Status.Version = version
 			if err := r.setupTenant(ctx, vc, tenant); err != nil {
-				conds.set(v1alpha1.ConditionAPIServerReady, false, ReasonSetupFailed,
+				conds.Set(v1alpha1.ConditionAPIServerReady, false, ReasonSetupFailed,
 					"the tenant's apiserver answers, but applying its built-in objects (RBAC, cluster DNS) failed; retrying")
 				return reconcile.Result{}, fmt.Errorf("setting up the tenant: %w", err)
 			}
@@ -259,9 +260,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		result.RequeueAfter = lending
 	}
 
-	if conds.isTrue(v1alpha1.ConditionAPIServerReady) && conds.isTrue(v1alpha1.ConditionKubeconfigReady) &&
-		conds.isTrue(v1alpha1.ConditionEtcdReady) && result.RequeueAfter == 0 {
-		result.RequeueAfter = min(healthCheckInterval, max(time.Second, pki.leaves.EarliestRenewal().Sub(conds.now)))
+	if conds.IsTrue(v1alpha1.ConditionAPIServerReady) && conds.IsTrue(v1alpha1.ConditionKubeconfigReady) &&
+		conds.IsTrue(v1alpha1.ConditionEtcdReady) && result.RequeueAfter == 0 {
+		result.RequeueAfter = min(healthCheckInterval, max(time.Second, pki.leaves.EarliestRenewal().Sub(conds.Now)))
 	}
 	return result, nil
 }

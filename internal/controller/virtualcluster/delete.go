@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/condition"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
@@ -102,8 +103,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 // deleting reports what deletion waits for, and comes back shortly.
 func (r *Reconciler) deleting(ctx context.Context, vc *v1alpha1.VirtualCluster, msg string) (reconcile.Result, error) {
 	before := vc.DeepCopy()
-	conds := conditions{list: &vc.Status.Conditions, generation: vc.Generation, now: r.Clock.Now()}
-	conds.set(v1alpha1.ConditionReady, false, ReasonDeleting, msg)
+	conds := conditions{condition.Setter{List: &vc.Status.Conditions, Generation: vc.Generation, Now: r.Clock.Now()}}
+	conds.Set(v1alpha1.ConditionReady, false, ReasonDeleting, msg)
 	vc.Status.Phase = v1alpha1.PhaseDeleting
 	if err := r.Client.Status().Patch(ctx, vc, client.MergeFrom(before)); err != nil {
 		return reconcile.Result{}, fmt.Errorf("patching status: %w", err)

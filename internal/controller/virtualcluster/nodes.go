@@ -36,17 +36,17 @@ func (r *Reconciler) reconcileNodes(ctx context.Context, vc *v1alpha1.VirtualClu
 	}
 	requests, err := promotionRequests(vc)
 	if err != nil {
-		conds.set(v1alpha1.ConditionNodesReady, false, ReasonInvalidSpec, err.Error())
+		conds.Set(v1alpha1.ConditionNodesReady, false, ReasonInvalidSpec, err.Error())
 		return 0, nil
 	}
 	lent := lentTo(vc, pools.Items)
 	if len(requests) == 0 && len(lent) == 0 {
-		conds.remove(v1alpha1.ConditionNodesReady)
+		conds.Remove(v1alpha1.ConditionNodesReady)
 		vc.Status.Nodes = nil
 		return 0, nil
 	}
-	if len(requests) > 0 && !conds.isTrue(v1alpha1.ConditionAPIServerReady) {
-		conds.set(v1alpha1.ConditionNodesReady, false, ReasonWaitingForAPIServer, "nodes are lent once the tenant's apiserver answers")
+	if len(requests) > 0 && !conds.IsTrue(v1alpha1.ConditionAPIServerReady) {
+		conds.Set(v1alpha1.ConditionNodesReady, false, ReasonWaitingForAPIServer, "nodes are lent once the tenant's apiserver answers")
 		return 0, nil
 	}
 
@@ -105,12 +105,12 @@ func (r *Reconciler) reconcileNodes(ctx context.Context, vc *v1alpha1.VirtualClu
 		for _, s := range plan.Short {
 			msgs = append(msgs, s.String())
 		}
-		conds.set(v1alpha1.ConditionNodesReady, false, ReasonNotEnoughNodes, strings.Join(msgs, "; "))
+		conds.Set(v1alpha1.ConditionNodesReady, false, ReasonNotEnoughNodes, strings.Join(msgs, "; "))
 	case inTenant == want && returning == 0:
-		conds.set(v1alpha1.ConditionNodesReady, true, ReasonReady, fmt.Sprintf("%d lent nodes Ready in the tenant", inTenant))
+		conds.Set(v1alpha1.ConditionNodesReady, true, ReasonReady, fmt.Sprintf("%d lent nodes Ready in the tenant", inTenant))
 		return 0, nil
 	default:
-		conds.set(v1alpha1.ConditionNodesReady, false, ReasonLending,
+		conds.Set(v1alpha1.ConditionNodesReady, false, ReasonLending,
 			fmt.Sprintf("%d of %d nodes Ready in the tenant; the others are being drained, joined or given back", inTenant, want))
 	}
 	return lendingRetryInterval, nil

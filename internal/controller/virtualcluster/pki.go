@@ -83,7 +83,7 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, vc *v1alpha1.VirtualClust
 	if err != nil {
 		return nil, err
 	}
-	leaves, renewed, err := controlplane.EnsureLeaves(auth, specs, existing, conds.now)
+	leaves, renewed, err := controlplane.EnsureLeaves(auth, specs, existing, conds.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -185,14 +185,14 @@ func (r *Reconciler) authorities(ctx context.Context, vc *v1alpha1.VirtualCluste
 	if err != nil {
 		return nil, "", fmt.Errorf("reading CA Secret: %w", err)
 	}
-	auth, lerr := controlplane.LoadAuthorities(s.Data, conds.now)
+	auth, lerr := controlplane.LoadAuthorities(s.Data, conds.Now)
 	if lerr != nil {
 		log.Info("CA Secret is unusable; not replacing it", "secret", name, "problem", lerr.Error())
 		conds.caInvalid(lerr.Error())
 		return nil, "", nil
 	}
 	// A tenant made before the kubelet signer existed gets it, keeping everything else.
-	added, err := auth.Complete(vc.Name, conds.now)
+	added, err := auth.Complete(vc.Name, conds.Now)
 	if err != nil {
 		return nil, "", err
 	}
@@ -210,7 +210,7 @@ func (r *Reconciler) authorities(ctx context.Context, vc *v1alpha1.VirtualCluste
 			serr = fmt.Errorf("%s: this tenant's CA comes from cert-manager (spec.pki.issuerRef) and follows its renewals; rotate it there", v1alpha1.AnnotationCARotation)
 		}
 	} else {
-		stepped, serr = auth.StepCARotation(step, vc.Name, conds.now)
+		stepped, serr = auth.StepCARotation(step, vc.Name, conds.Now)
 	}
 	if serr != nil {
 		problem = serr.Error()
@@ -244,7 +244,7 @@ func (r *Reconciler) authorities(ctx context.Context, vc *v1alpha1.VirtualCluste
 // createAuthorities makes a new tenant's authorities, with the cluster CA cert-manager issued
 // when there is one.
 func (r *Reconciler) createAuthorities(ctx context.Context, vc *v1alpha1.VirtualCluster, issued *pki.KeyPair, conds conditions) (*controlplane.Authorities, string, error) {
-	auth, err := controlplane.NewAuthorities(vc.Name, conds.now)
+	auth, err := controlplane.NewAuthorities(vc.Name, conds.Now)
 	if err != nil {
 		return nil, "", err
 	}

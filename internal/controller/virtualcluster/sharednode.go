@@ -51,11 +51,11 @@ func (r *Reconciler) reconcileSharedNode(ctx context.Context, vc *v1alpha1.Virtu
 	key := vc.Namespace + "/" + vc.Name
 	if !vc.Spec.Nodes.Shared {
 		r.SharedNodes.Manager.Stop(key)
-		conds.remove(v1alpha1.ConditionSharedNodeReady)
+		conds.Remove(v1alpha1.ConditionSharedNodeReady)
 		return r.removeSharedPods(ctx, vc)
 	}
-	if !conds.isTrue(v1alpha1.ConditionAPIServerReady) {
-		conds.set(v1alpha1.ConditionSharedNodeReady, false, ReasonWaitingForAPIServer, "the virtual node starts once the tenant's apiserver answers")
+	if !conds.IsTrue(v1alpha1.ConditionAPIServerReady) {
+		conds.Set(v1alpha1.ConditionSharedNodeReady, false, ReasonWaitingForAPIServer, "the virtual node starts once the tenant's apiserver answers")
 		return nil
 	}
 	if err := r.labelForPodSecurity(ctx, vc.Namespace); err != nil {
@@ -77,10 +77,10 @@ func (r *Reconciler) reconcileSharedNode(ctx context.Context, vc *v1alpha1.Virtu
 		if err != nil {
 			msg = "the virtual node stopped and is restarted on the next pass: " + err.Error()
 		}
-		conds.set(v1alpha1.ConditionSharedNodeReady, false, ReasonNotReady, msg)
+		conds.Set(v1alpha1.ConditionSharedNodeReady, false, ReasonNotReady, msg)
 		return nil
 	}
-	conds.set(v1alpha1.ConditionSharedNodeReady, true, ReasonReady,
+	conds.Set(v1alpha1.ConditionSharedNodeReady, true, ReasonReady,
 		fmt.Sprintf("virtual node %s runs the tenant's pods on the host's shared nodes", r.SharedNodes.NodeName))
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/condition"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 )
 
@@ -38,39 +39,20 @@ const (
 	ReasonSetupFailed         = "SetupFailed"
 )
 
-// conditions sets the conditions of one status, each stamped with the generation it describes.
-type conditions struct {
-	list       *[]metav1.Condition
-	generation int64
-	now        time.Time
-}
-
-func (c conditions) set(typ string, ok bool, reason, message string) {
-	status := metav1.ConditionFalse
-	if ok {
-		status = metav1.ConditionTrue
-	}
-	meta.SetStatusCondition(c.list, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: message,
-		ObservedGeneration: c.generation, LastTransitionTime: metav1.NewTime(c.now),
-	})
-}
-
-func (c conditions) isTrue(typ string) bool { return meta.IsStatusConditionTrue(*c.list, typ) }
-
-func (c conditions) remove(typ string) { meta.RemoveStatusCondition(c.list, typ) }
+// conditions are the VirtualCluster's conditions during one pass, with a setter per step.
+type conditions struct{ condition.Setter }
 
 // invalidSpec marks every condition false: the spec must change before anything proceeds.
 func (c conditions) invalidSpec(err error) {
 	msg := "the spec cannot be carried out: " + err.Error()
 	for _, t := range []string{v1alpha1.ConditionCertificatesReady, v1alpha1.ConditionEtcdReady,
 		v1alpha1.ConditionAPIServerReady, v1alpha1.ConditionKubeconfigReady} {
-		c.set(t, false, ReasonInvalidSpec, msg)
+		c.Set(t, false, ReasonInvalidSpec, msg)
 	}
 }
 
 func (c conditions) applyFailed(typ, what string) {
-	c.set(typ, false, ReasonApplyFailed, "could not apply the "+what+" in the host; retrying")
+	c.Set(typ, false, ReasonApplyFailed, "could not apply the "+what+" in the host; retrying")
 }
 
 func (c conditions) certificatesIssued(leaves controlplane.Leaves, caProblem string) {
@@ -79,17 +61,17 @@ func (c conditions) certificatesIssued(leaves controlplane.Leaves, caProblem str
 	if caProblem != "" {
 		msg += "; " + caProblem
 	}
-	c.set(v1alpha1.ConditionCertificatesReady, true, ReasonIssued, msg)
+	c.Set(v1alpha1.ConditionCertificatesReady, true, ReasonIssued, msg)
 }
 
 func (c conditions) caInvalid(problem string) {
-	c.set(v1alpha1.ConditionCertificatesReady, false, ReasonCAInvalid,
+	c.Set(v1alpha1.ConditionCertificatesReady, false, ReasonCAInvalid,
 		"the tenant's CA Secret is unusable ("+problem+"); it is never replaced automatically, see the CA rotation procedure")
 }
 
 // caNotIssued says why the CA a cert-manager issuer is asked for is not there yet.
 func (c conditions) caNotIssued(reason, message string) {
-	c.set(v1alpha1.ConditionCertificatesReady, false, reason, message)
+	c.Set(v1alpha1.ConditionCertificatesReady, false, reason, message)
 }
 
 // etcd reports the etcd StatefulSet's readiness; problem is what its pods are waiting for.
@@ -97,33 +79,33 @@ func (c conditions) etcd(sts *appsv1.StatefulSet, problem string) {
 	want := ptr.Deref(sts.Spec.Replicas, 1)
 	ready := sts.Status.ReadyReplicas
 	if sts.Status.ObservedGeneration >= sts.Generation && ready >= want && sts.Status.UpdatedReplicas >= want {
-		c.set(v1alpha1.ConditionEtcdReady, true, ReasonMembersReady, fmt.Sprintf("%d/%d etcd members ready", ready, want))
+		c.Set(v1alpha1.ConditionEtcdReady, true, ReasonMembersReady, fmt.Sprintf("%d/%d etcd members ready", ready, want))
 		return
 	}
-	c.set(v1alpha1.ConditionEtcdReady, false, ReasonWaitingForPods, withProblem(fmt.Sprintf("%d/%d etcd members ready", ready, want), problem))
+	c.Set(v1alpha1.ConditionEtcdReady, false, ReasonWaitingForPods, withProblem(fmt.Sprintf("%d/%d etcd members ready", ready, want), problem))
 }
 
 // apiServer reports whether the tenant's apiserver answered /readyz.
 func (c conditions) apiServer(d *appsv1.Deployment, probeErr error, problem string) {
 	switch {
 	case d.Status.ReadyReplicas == 0:
-		c.set(v1alpha1.ConditionAPIServerReady, false, ReasonWaitingForPods,
+		c.Set(v1alpha1.ConditionAPIServerReady, false, ReasonWaitingForPods,
 			withProblem(fmt.Sprintf("0/%d control-plane pods ready", ptr.Deref(d.Spec.Replicas, 1)), problem))
 	case probeErr != nil:
-		c.set(v1alpha1.ConditionAPIServerReady, false, ReasonNotReachable,
+		c.Set(v1alpha1.ConditionAPIServerReady, false, ReasonNotReachable,
 			"control-plane pods are ready but the operator could not reach the tenant's /readyz through its Service yet")
 	default:
-		c.set(v1alpha1.ConditionAPIServerReady, true, ReasonReady,
+		c.Set(v1alpha1.ConditionAPIServerReady, true, ReasonReady,
 			fmt.Sprintf("/readyz answered ok; %d/%d control-plane pods ready", d.Status.ReadyReplicas, ptr.Deref(d.Spec.Replicas, 1)))
 	}
 }
 
 func (c conditions) kubeconfig(exp controlplane.Exposure, secret string) {
 	if exp.Endpoint == "" {
-		c.set(v1alpha1.ConditionKubeconfigReady, false, ReasonWaitingForEndpoint, "waiting for the endpoint: "+exp.Waiting)
+		c.Set(v1alpha1.ConditionKubeconfigReady, false, ReasonWaitingForEndpoint, "waiting for the endpoint: "+exp.Waiting)
 		return
 	}
-	c.set(v1alpha1.ConditionKubeconfigReady, true, ReasonWritten,
+	c.Set(v1alpha1.ConditionKubeconfigReady, true, ReasonWritten,
 		fmt.Sprintf("Secret %s holds the admin kubeconfig for %s", secret, exp.Endpoint))
 }
 
@@ -131,17 +113,17 @@ func (c conditions) kubeconfig(exp controlplane.Exposure, secret string) {
 func (c conditions) ready() {
 	for _, t := range []string{v1alpha1.ConditionCertificatesReady, v1alpha1.ConditionEtcdReady,
 		v1alpha1.ConditionAPIServerReady, v1alpha1.ConditionKubeconfigReady} {
-		if !c.isTrue(t) {
-			cond := meta.FindStatusCondition(*c.list, t)
+		if !c.IsTrue(t) {
+			cond := meta.FindStatusCondition(*c.List, t)
 			msg := t + " is not True"
 			if cond != nil {
 				msg = t + ": " + cond.Message
 			}
-			c.set(v1alpha1.ConditionReady, false, ReasonNotReady, msg)
+			c.Set(v1alpha1.ConditionReady, false, ReasonNotReady, msg)
 			return
 		}
 	}
-	c.set(v1alpha1.ConditionReady, true, ReasonReady, "the tenant's apiserver answers and its kubeconfig is written")
+	c.Set(v1alpha1.ConditionReady, true, ReasonReady, "the tenant's apiserver answers and its kubeconfig is written")
 }
 
 // phase summarises conditions for people: previous is the phase before this pass.

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/condition"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/pki"
 )
@@ -29,7 +30,7 @@ func cond(typ string, status metav1.ConditionStatus, reason string) metav1.Condi
 }
 
 func newConditions(list *[]metav1.Condition) conditions {
-	return conditions{list: list, generation: 7, now: statusNow}
+	return conditions{condition.Setter{List: list, Generation: 7, Now: statusNow}}
 }
 
 func TestPhase(t *testing.T) {
@@ -199,7 +200,7 @@ func TestPodProblem(t *testing.T) {
 }
 
 func TestConditionsReady(t *testing.T) {
-	set := func(c conditions, typ string, ok bool, msg string) { c.set(typ, ok, "Test", msg) }
+	set := func(c conditions, typ string, ok bool, msg string) { c.Set(typ, ok, "Test", msg) }
 	tests := []struct {
 		name       string
 		setup      func(conditions)
@@ -385,12 +386,12 @@ func TestConditionsInvalidSpec(t *testing.T) {
 	}{
 		{name: "first pass", setup: func(conditions) {}},
 		{name: "partly provisioned", setup: func(c conditions) {
-			c.set(v1alpha1.ConditionCertificatesReady, true, ReasonIssued, "")
-			c.set(v1alpha1.ConditionEtcdReady, false, ReasonWaitingForPods, "")
+			c.Set(v1alpha1.ConditionCertificatesReady, true, ReasonIssued, "")
+			c.Set(v1alpha1.ConditionEtcdReady, false, ReasonWaitingForPods, "")
 		}},
 		{name: "Ready before", setup: func(c conditions) {
 			for _, t := range leafConditions {
-				c.set(t, true, "Ok", "")
+				c.Set(t, true, "Ok", "")
 			}
 			c.ready()
 		}},
@@ -465,7 +466,7 @@ func TestConditionsKeepTransitionTime(t *testing.T) {
 	d.Spec.Replicas = ptr.To[int32](1)
 	d.Status.ReadyReplicas = 1
 	newConditions(&list).apiServer(d, nil, "")
-	later := conditions{list: &list, generation: 8, now: statusNow.Add(time.Hour)}
+	later := conditions{condition.Setter{List: &list, Generation: 8, Now: statusNow.Add(time.Hour)}}
 	later.apiServer(d, nil, "")
 	got := meta.FindStatusCondition(list, v1alpha1.ConditionAPIServerReady)
 	if !got.LastTransitionTime.Time.Equal(statusNow) {

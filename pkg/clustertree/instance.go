@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
@@ -124,7 +125,7 @@ func Run(ctx context.Context, cfg Config) error {
 			// The VirtualCluster controls its host pods: a drain (lending a node) evicts them,
 			// and the tenant's own controllers make them again elsewhere.
 			owner: metav1.OwnerReference{APIVersion: "kubenest.io/v1alpha1", Kind: "VirtualCluster",
-				Name: cfg.VirtualCluster, UID: cfg.VirtualClusterUID, Controller: ptrTrue()},
+				Name: cfg.VirtualCluster, UID: cfg.VirtualClusterUID, Controller: ptr.To(true)},
 			host: host, hostREST: cfg.Host, hostPods: hostPods.Lister(), tenant: tenant,
 			tenantPods: pc.Pods, tenantConfigMaps: pc.ConfigMaps, tenantSecrets: pc.Secrets, tenantServices: pc.Services,
 			recorder: recorder, log: log, refused: map[string]*corev1.Pod{},

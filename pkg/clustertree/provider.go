@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/ptr"
 )
 
 // Reasons of the tenant pod events and statuses clustertree writes.
@@ -350,13 +351,13 @@ func (p *provider) GetContainerLogs(ctx context.Context, namespace, podName, con
 		Timestamps: opts.Timestamps,
 	}
 	if opts.Tail > 0 {
-		lo.TailLines = ptrInt64(int64(opts.Tail))
+		lo.TailLines = ptr.To[int64](int64(opts.Tail))
 	}
 	if opts.LimitBytes > 0 {
-		lo.LimitBytes = ptrInt64(int64(opts.LimitBytes))
+		lo.LimitBytes = ptr.To[int64](int64(opts.LimitBytes))
 	}
 	if opts.SinceSeconds > 0 {
-		lo.SinceSeconds = ptrInt64(int64(opts.SinceSeconds))
+		lo.SinceSeconds = ptr.To[int64](int64(opts.SinceSeconds))
 	}
 	if !opts.SinceTime.IsZero() {
 		t := metav1.NewTime(opts.SinceTime)
@@ -374,5 +375,3 @@ func (p *provider) GetStatsSummary(context.Context) (*statsv1alpha1.Summary, err
 func (p *provider) GetMetricsResource(context.Context) ([]*dto.MetricFamily, error) {
 	return nil, errdefs.InvalidInput("metrics are not served by the shared node")
 }
-
-func ptrInt64(v int64) *int64 { return &v }

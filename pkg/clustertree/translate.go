@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/kubernetes/pkg/kubelet/envvars"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
@@ -177,8 +178,8 @@ func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1
 			DNSPolicy:                     dnsPolicy,
 			DNSConfig:                     dnsConfig,
 			// The host never gives a tenant pod a host credential.
-			AutomountServiceAccountToken: ptrFalse(),
-			EnableServiceLinks:           ptrFalse(),
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
 			SecurityContext:              spec.SecurityContext,
 			ImagePullSecrets:             pullSecrets,
 			Hostname:                     hostname,
@@ -212,7 +213,7 @@ func (t Translator) dns(tenant *corev1.Pod) (corev1.DNSPolicy, *corev1.PodDNSCon
 	cfg := &corev1.PodDNSConfig{
 		Nameservers: []string{t.ClusterDNS},
 		Searches:    []string{tenant.Namespace + ".svc." + domain, "svc." + domain, domain},
-		Options:     []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptrString("5")}},
+		Options:     []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("5")}},
 	}
 	if own := tenant.Spec.DNSConfig; own != nil {
 		cfg.Nameservers = append(cfg.Nameservers, own.Nameservers...)
@@ -221,8 +222,6 @@ func (t Translator) dns(tenant *corev1.Pod) (corev1.DNSPolicy, *corev1.PodDNSCon
 	}
 	return corev1.DNSNone, cfg
 }
-
-func ptrString(s string) *string { return &s }
 
 // Object translates a tenant ConfigMap's or Secret's metadata into the host copy's.
 func (t Translator) Object(tenant metav1.ObjectMeta) metav1.ObjectMeta {
@@ -472,6 +471,3 @@ func (r *refSet) done() Refs {
 }
 
 func isTrue(b *bool) bool { return b != nil && *b }
-
-func ptrFalse() *bool { b := false; return &b }
-func ptrTrue() *bool  { b := true; return &b }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
@@ -65,7 +66,7 @@ func TestNodePromotion(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "pinned", Namespace: "default"},
 			Spec: corev1.PodSpec{
 				NodeName:                      lendableNode,
-				TerminationGracePeriodSeconds: ptrInt64(1),
+				TerminationGracePeriodSeconds: ptr.To[int64](1),
 				Containers: []corev1.Container{{Name: "main", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever,
 					Command: []string{"sh", "-c", "echo running on $(hostname) as $(id -u); sleep 3600"}}},
 			},
@@ -269,5 +270,3 @@ func runPodOn(t *testing.T, ctx context.Context, ns, name, node string, command 
 	logs, _ := hostCS.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	return string(logs), pod.Status.Phase == corev1.PodSucceeded
 }
-
-func ptrInt64(v int64) *int64 { return &v }

@@ -23,6 +23,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -97,7 +98,7 @@ func startOperator(t *testing.T, env *testenv.Env, routes *tenantRoutes) *operat
 		Settings:   settings,
 		Recorder:   mgr.GetEventRecorder("kubenest-operator"),
 		TenantDial: routes.dial,
-	}).SetupWithManager(mgr, controller.Options{SkipNameValidation: ptrTrue()}); err != nil {
+	}).SetupWithManager(mgr, controller.Options{SkipNameValidation: ptr.To(true)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := (&poolnode.Reconciler{
@@ -105,7 +106,7 @@ func startOperator(t *testing.T, env *testenv.Env, routes *tenantRoutes) *operat
 		Namespace: "kubenest-system", ClusterDomain: "cluster.local",
 		Tenants:  tenantclient.Source{Reader: mgr.GetClient(), Dial: routes.dial},
 		Recorder: mgr.GetEventRecorder("kubenest-poolnode"),
-	}).SetupWithManager(mgr, controller.Options{SkipNameValidation: ptrTrue()}); err != nil {
+	}).SetupWithManager(mgr, controller.Options{SkipNameValidation: ptr.To(true)}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -124,8 +125,6 @@ func (o *operator) stop() {
 	o.cancel()
 	<-o.done
 }
-
-func ptrTrue() *bool { b := true; return &b }
 
 // TestLifecycle follows one VirtualCluster from creation to Ready (with a real tenant control
 // plane run from the Secrets the operator wrote) and to deletion.
@@ -398,7 +397,7 @@ func TestNodePortEndpoint(t *testing.T) {
 	vc := &v1alpha1.VirtualCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "np", Namespace: ns},
 		Spec: v1alpha1.VirtualClusterSpec{
-			ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{Type: v1alpha1.ExposureNodePort, NodePort: ptrInt32(31443)}},
+			ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{Type: v1alpha1.ExposureNodePort, NodePort: ptr.To[int32](31443)}},
 			Etcd:         v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
 		},
 	}
@@ -437,8 +436,6 @@ func TestNodePortEndpoint(t *testing.T) {
 		t.Errorf("apiserver certificate does not cover the node address: %v", err)
 	}
 }
-
-func ptrInt32(v int32) *int32 { return &v }
 
 func key(name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
 

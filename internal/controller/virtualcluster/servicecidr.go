@@ -15,7 +15,7 @@ import (
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=servicecidrs,verbs=get;list;create;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=servicecidrs,verbs=get;list;watch;create;delete
 
 // serviceCIDR gives the tenant its own slice of the tenant Service range, once, and keeps it
 // registered in the host as a ServiceCIDR: the host then accepts the tenant's ClusterIPs for
@@ -58,9 +58,11 @@ func (r *Reconciler) serviceCIDR(ctx context.Context, vc *v1alpha1.VirtualCluste
 }
 
 // ensureServiceCIDR registers the tenant's range again if someone deleted its ServiceCIDR.
+// It runs every pass, so it reads from the cache (a lagging cache only costs a refused
+// create).
 func (r *Reconciler) ensureServiceCIDR(ctx context.Context, vc *v1alpha1.VirtualCluster, cidr string) error {
 	want := desiredServiceCIDR(vc, cidr)
-	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), &networkingv1.ServiceCIDR{})
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), &networkingv1.ServiceCIDR{})
 	if apierrors.IsNotFound(err) {
 		err = r.Client.Create(ctx, want, fieldOwner)
 	}

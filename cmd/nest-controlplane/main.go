@@ -29,6 +29,7 @@ var subcommands = map[string]subcommand{
 	"apiserver":          {"kube-apiserver, with kube-apiserver's flags", newAPIServerCommand},
 	"controller-manager": {"kube-controller-manager, with its flags; waits for the apiserver first", newControllerManagerCommand},
 	"scheduler":          {"kube-scheduler, with its flags; waits for the apiserver first", newSchedulerCommand},
+	"kube-proxy":         {"kube-proxy, with its flags (on the nodes lent to a tenant)", newKubeProxyCommand},
 	"version":            {"print the version", newVersionCommand},
 }
 

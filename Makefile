@@ -111,9 +111,10 @@ test: lint verify-gen $(BIN_DIR)/nest-controlplane ## Unit and integration tests
 .PHONY: image
 image: $(IMAGE_TARS) ## Build the images (KubeNest, pause, busybox, CoreDNS) as tarballs in _output/images.
 
-$(IMAGES_DIR)/kubenest.tar: $(addprefix $(BIN_DIR)/,$(BINARIES))
-	go run ./hack/build-image --ref $(IMAGE) --out $@ \
-		$(foreach b,$(BINARIES),--file /usr/local/bin/$(b)=$(BIN_DIR)/$(b))
+# With this machine's iptables (nft) userland, which "nest-controlplane kube-proxy" executes.
+$(IMAGES_DIR)/kubenest.tar: $(addprefix $(BIN_DIR)/,$(BINARIES)) /usr/sbin/xtables-nft-multi hack/iptables-files
+	iptables=$$(hack/iptables-files); go run ./hack/build-image --ref $(IMAGE) --out $@ \
+		$(foreach b,$(BINARIES),--file /usr/local/bin/$(b)=$(BIN_DIR)/$(b)) $$iptables
 
 $(IMAGES_DIR)/pause.tar: $(BIN_DIR)/pause
 	go run ./hack/build-image --ref $(PAUSE_IMAGE) --out $@ --file /pause=$< --entrypoint /pause --user 65535:65535
@@ -138,6 +139,9 @@ $(IMAGES_DIR)/coredns.tar: $(COREDNS)
 
 /bin/busybox:
 	apt-get install -y busybox-static
+
+/usr/sbin/xtables-nft-multi:
+	apt-get install -y iptables
 
 $(COREDNS):
 	@mkdir -p $(dir $@)

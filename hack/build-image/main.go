@@ -1,6 +1,7 @@
 // Command build-image assembles a container image from local files, without Docker or a base
 // image, with go-containerregistry, and writes it as a tarball that `ctr images import` (and
-// `docker load`) accept. The project's static binaries need nothing else.
+// `docker load`) accept. The project's static binaries need nothing else; a dynamically linked
+// program comes with its libraries as more --file flags (see hack/iptables-files).
 //
 //	go run ./hack/build-image --ref kubenest.io/kubenest:v1 --out _output/images/kubenest.tar \
 //	    --file /usr/local/bin/nest-operator=_output/bin/nest-operator
@@ -80,7 +81,7 @@ func run(ref, out, user, entrypoint string, files, links, env []string) error {
 	cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
 	cfg.Created = v1.Time{Time: epoch}
 	cfg.Config.User = user
-	cfg.Config.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin"}, env...)
+	cfg.Config.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
 	if entrypoint != "" {
 		cfg.Config.Entrypoint = strings.Split(entrypoint, ",")
 	}

@@ -9,6 +9,11 @@ import (
 // PoolNode for every Node labelled kubenest.io/lendable=true.
 const LabelLendable = "kubenest.io/lendable"
 
+// LabelLent is on a lent node's Node in the tenant, set to "true" by its kubelet when it
+// registers there: what runs only on lent nodes (the tenant's kube-proxy) selects it, and the
+// shared virtual node never has it.
+const LabelLent = "kubenest.io/lent"
+
 // PoolNode is a host node that may be lent to a tenant: which tenant it is lent to, and where
 // its kubelet is now. There is one per lendable node, named after it.
 //

@@ -21,10 +21,12 @@ type Config struct {
 	CAPEM []byte
 	// User names the user entry.
 	User string
-	// ClientCertPEM and ClientKeyPEM authenticate the user; or Token does.
+	// ClientCertPEM and ClientKeyPEM authenticate the user; or Token does; or the token in
+	// the file TokenFile (a pod's service-account token, which the kubelet renews) does.
 	ClientCertPEM []byte
 	ClientKeyPEM  []byte
 	Token         string
+	TokenFile     string
 }
 
 // Build returns the kubeconfig for c as YAML. The same Config gives the same bytes.
@@ -38,7 +40,7 @@ func Build(c Config) ([]byte, error) {
 			c.ClusterName: {Server: c.Server, CertificateAuthorityData: c.CAPEM},
 		},
 		AuthInfos: map[string]*clientcmdapi.AuthInfo{
-			c.User: {ClientCertificateData: c.ClientCertPEM, ClientKeyData: c.ClientKeyPEM, Token: c.Token},
+			c.User: {ClientCertificateData: c.ClientCertPEM, ClientKeyData: c.ClientKeyPEM, Token: c.Token, TokenFile: c.TokenFile},
 		},
 		Contexts: map[string]*clientcmdapi.Context{
 			ctx: {Cluster: c.ClusterName, AuthInfo: c.User},
@@ -78,6 +80,7 @@ func Parse(data []byte) (Config, error) {
 		ClientCertPEM: user.ClientCertificateData,
 		ClientKeyPEM:  user.ClientKeyData,
 		Token:         user.Token,
+		TokenFile:     user.TokenFile,
 	}, nil
 }
 
@@ -89,10 +92,20 @@ func (c Config) validate() error {
 		return errors.New("kubeconfig needs a user name")
 	case len(c.CAPEM) == 0:
 		return errors.New("kubeconfig needs the CA certificate")
-	case c.Token == "" && (len(c.ClientCertPEM) == 0 || len(c.ClientKeyPEM) == 0):
-		return errors.New("kubeconfig needs a client certificate and key, or a token")
-	case c.Token != "" && (len(c.ClientCertPEM) != 0 || len(c.ClientKeyPEM) != 0):
-		return errors.New("kubeconfig takes a client certificate or a token, not both")
+	}
+	credentials := 0
+	for _, set := range []bool{len(c.ClientCertPEM) != 0 || len(c.ClientKeyPEM) != 0, c.Token != "", c.TokenFile != ""} {
+		if set {
+			credentials++
+		}
+	}
+	switch {
+	case credentials == 0:
+		return errors.New("kubeconfig needs a client certificate and key, a token or a token file")
+	case credentials > 1:
+		return errors.New("kubeconfig takes one of a client certificate, a token and a token file")
+	case (len(c.ClientCertPEM) == 0) != (len(c.ClientKeyPEM) == 0):
+		return errors.New("kubeconfig needs both a client certificate and its key")
 	}
 	u, err := url.Parse(c.Server)
 	if err != nil || u.Scheme != "https" || u.Host == "" {

@@ -2,6 +2,8 @@ package kubeconfig_test
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -79,6 +81,32 @@ func TestBuildParseRoundTrip(t *testing.T) {
 	}
 }
 
+// A token file: client-go reads the token from it, and again when it changes (a pod's
+// service-account token is renewed on disk).
+func TestBuildTokenFile(t *testing.T) {
+	c := validConfig(t)
+	c.ClientCertPEM, c.ClientKeyPEM = nil, nil
+	c.TokenFile = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(c.TokenFile, []byte("the-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data, err := kubeconfig.Build(c)
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	got, err := kubeconfig.Parse(data)
+	if err != nil || got.TokenFile != c.TokenFile || got.Token != "" {
+		t.Fatalf("Parse: token file %q, token %q, %v", got.TokenFile, got.Token, err)
+	}
+	rc, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		t.Fatalf("RESTConfigFromKubeConfig: %v", err)
+	}
+	if rc.BearerTokenFile != c.TokenFile || rc.BearerToken != "the-token" || len(rc.CertData) != 0 {
+		t.Errorf("REST config bearer token file %q, token %q, client certificate %d bytes", rc.BearerTokenFile, rc.BearerToken, len(rc.CertData))
+	}
+}
+
 func TestBuildDeterministic(t *testing.T) {
 	c := validConfig(t)
 	first, err := kubeconfig.Build(c)
@@ -112,6 +140,12 @@ func TestBuildRejectsInvalid(t *testing.T) {
 		{"server without host", func(c *kubeconfig.Config) { c.Server = "https://" }},
 		{"server with only a path", func(c *kubeconfig.Config) { c.Server = "https:///api" }},
 		{"unparsable server", func(c *kubeconfig.Config) { c.Server = "https://[::1" }},
+		{"certificate and token", func(c *kubeconfig.Config) { c.Token = "abcdef.0123456789abcdef" }},
+		{"certificate and token file", func(c *kubeconfig.Config) { c.TokenFile = "/var/run/token" }},
+		{"token and token file", func(c *kubeconfig.Config) {
+			c.ClientCertPEM, c.ClientKeyPEM, c.Token, c.TokenFile = nil, nil, "abcdef.0123456789abcdef", "/var/run/token"
+		}},
+		{"no credentials", func(c *kubeconfig.Config) { c.ClientCertPEM, c.ClientKeyPEM = nil, nil }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,219 @@
+package controlplane
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/kubeconfig"
+	"github.com/kubenest-io/kubenest/pkg/naming"
+)
+
+// A kube-proxy DaemonSet in iptables mode, as kubeadm installs one: the binary is
+// "nest-controlplane kube-proxy" from our image, which carries the iptables userland. Every
+// tenant has one for the nodes lent to it (TenantKubeProxy): a lent node leaves the host's
+// kube-proxy behind with the host's pods, and the tenant's takes over its Service rules. Only
+// one kube-proxy may ever program a node's iptables, so the DaemonSet never surges.
+const (
+	KubeProxyName      = "kube-proxy"
+	KubeProxyNamespace = metav1.NamespaceSystem
+	// KubeProxyClusterRole is the built-in role of what kube-proxy reads and writes.
+	KubeProxyClusterRole = "system:node-proxier"
+	// KeyKubeProxyConfig and KeyKubeProxyKubeconfig are the keys of its ConfigMap, mounted
+	// at KubeProxyConfigDir.
+	KeyKubeProxyConfig     = "config.conf"
+	KeyKubeProxyKubeconfig = "kubeconfig.conf"
+	KubeProxyConfigDir     = "/var/lib/kube-proxy"
+	// serviceAccountTokenFile is where a pod's service-account token is mounted; the kubelet
+	// renews it there, and client-go reads it again when it changes.
+	serviceAccountTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+)
+
+// KubeProxy is what a kube-proxy DaemonSet needs.
+type KubeProxy struct {
+	Image           string
+	ImagePullPolicy corev1.PullPolicy
+	// Server is the apiserver as the nodes reach it, never through a Service: kube-proxy is
+	// what makes Services work. CAPEM is the CA bundle its certificate is verified with.
+	Server string
+	CAPEM  []byte
+	// ClusterName names the cluster in the kubeconfig.
+	ClusterName string
+	// ClusterCIDR, when set, is the pods' range: Service traffic from outside it is
+	// masqueraded. Unset, kube-proxy masquerades only what it must.
+	ClusterCIDR string
+	// NodeSelector keeps the DaemonSet to the nodes with these labels; empty, every node.
+	NodeSelector map[string]string
+	// Labels go on every object.
+	Labels map[string]string
+}
+
+// KubeProxyObjects are the objects of a kube-proxy: its ServiceAccount, bound to
+// KubeProxyClusterRole, its ConfigMap (kubeconfig and KubeProxyConfiguration) and its
+// DaemonSet, all named KubeProxyName in KubeProxyNamespace (the binding has the same name).
+type KubeProxyObjects struct {
+	ServiceAccount     *corev1.ServiceAccount
+	ClusterRoleBinding *rbacv1.ClusterRoleBinding
+	ConfigMap          *corev1.ConfigMap
+	DaemonSet          *appsv1.DaemonSet
+}
+
+// TenantKubeProxy is the kube-proxy of the nodes lent to a tenant: it runs only on Nodes with
+// LabelLent, which lent kubelets register with and the shared node never has. server is the
+// tenant apiserver as lent nodes reach it (NodeEndpoint); caPEM the tenant's CA bundle.
+func TenantKubeProxy(s Settings, server string, caPEM []byte) (*KubeProxyObjects, error) {
+	return KubeProxy{
+		Image:           s.Image,
+		ImagePullPolicy: s.ImagePullPolicy,
+		Server:          server,
+		CAPEM:           caPEM,
+		ClusterName:     "tenant",
+		NodeSelector:    map[string]string{v1alpha1.LabelLent: "true"},
+		Labels:          map[string]string{naming.LabelManagedBy: naming.ManagedByValue},
+	}.Objects()
+}
+
+// Objects builds the kube-proxy's objects.
+func (p KubeProxy) Objects() (*KubeProxyObjects, error) {
+	if p.Image == "" {
+		return nil, fmt.Errorf("kube-proxy image must be set")
+	}
+	kc, err := kubeconfig.Build(kubeconfig.Config{
+		ClusterName: p.ClusterName, Server: p.Server, CAPEM: p.CAPEM, User: KubeProxyName, TokenFile: serviceAccountTokenFile,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kube-proxy kubeconfig: %w", err)
+	}
+	cfg, err := yaml.Marshal(p.configuration())
+	if err != nil {
+		return nil, fmt.Errorf("kube-proxy configuration: %w", err)
+	}
+	meta := func() metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: KubeProxyName, Namespace: KubeProxyNamespace, Labels: p.labels()}
+	}
+	cm := &corev1.ConfigMap{
+		TypeMeta:   typeMeta("v1", "ConfigMap"),
+		ObjectMeta: meta(),
+		Data:       map[string]string{KeyKubeProxyConfig: string(cfg), KeyKubeProxyKubeconfig: string(kc)},
+	}
+	crbMeta := meta()
+	crbMeta.Namespace = ""
+	return &KubeProxyObjects{
+		ServiceAccount: &corev1.ServiceAccount{TypeMeta: typeMeta("v1", "ServiceAccount"), ObjectMeta: meta()},
+		ClusterRoleBinding: &rbacv1.ClusterRoleBinding{
+			TypeMeta:   typeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+			ObjectMeta: crbMeta,
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: KubeProxyClusterRole},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: KubeProxyName, Namespace: KubeProxyNamespace}},
+		},
+		ConfigMap: cm,
+		DaemonSet: p.daemonSet(configHash(cm)),
+	}, nil
+}
+
+// configuration is the KubeProxyConfiguration: iptables mode, the kubeconfig from the
+// ConfigMap, upstream's defaults for the rest. The node's conntrack table size is left as the
+// node has it (maxPerCore 0): it is a setting of the node, not of the cluster it serves. Only
+// the fields set are written, so the file reads like one written by hand; kube-proxy decodes
+// it strictly (tested).
+func (p KubeProxy) configuration() map[string]any {
+	cfg := map[string]any{
+		"apiVersion":       "kubeproxy.config.k8s.io/v1alpha1",
+		"kind":             "KubeProxyConfiguration",
+		"clientConnection": map[string]any{"kubeconfig": KubeProxyConfigDir + "/" + KeyKubeProxyKubeconfig},
+		"mode":             "iptables",
+		"conntrack":        map[string]any{"maxPerCore": 0},
+	}
+	if p.ClusterCIDR != "" {
+		cfg["clusterCIDR"] = p.ClusterCIDR
+	}
+	return cfg
+}
+
+func (p KubeProxy) daemonSet(configHash string) *appsv1.DaemonSet {
+	selector := map[string]string{"k8s-app": KubeProxyName}
+	podLabels := p.labels()
+	for k, v := range selector {
+		podLabels[k] = v
+	}
+	hostPath := func(name, path string, typ corev1.HostPathType) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: ptr.To(typ)}}}
+	}
+	return &appsv1.DaemonSet{
+		TypeMeta:   typeMeta("apps/v1", "DaemonSet"),
+		ObjectMeta: metav1.ObjectMeta{Name: KubeProxyName, Namespace: KubeProxyNamespace, Labels: p.labels()},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: selector},
+			// Never two kube-proxies on a node: they would fight over its iptables rules.
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{
+				Type: appsv1.RollingUpdateDaemonSetStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDaemonSet{
+					MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+					MaxSurge:       ptr.To(intstr.FromInt32(0)),
+				},
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: map[string]string{naming.AnnotationConfigHash: configHash}},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: KubeProxyName,
+					HostNetwork:        true,
+					PriorityClassName:  "system-node-critical",
+					NodeSelector:       p.NodeSelector,
+					Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Containers: []corev1.Container{{
+						Name:            KubeProxyName,
+						Image:           p.Image,
+						ImagePullPolicy: p.ImagePullPolicy,
+						Command: []string{BinaryPath, "kube-proxy",
+							"--config=" + KubeProxyConfigDir + "/" + KeyKubeProxyConfig, "--hostname-override=$(NODE_NAME)"},
+						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+							FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"},
+						}}},
+						// Root and privileged: it writes the node's iptables rules and sysctls.
+						SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To[int64](0), RunAsGroup: ptr.To[int64](0)},
+						Resources:       withDefaultRequests(corev1.ResourceRequirements{}, "10m", "32Mi"),
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: "kube-proxy", MountPath: KubeProxyConfigDir, ReadOnly: true},
+							{Name: "xtables-lock", MountPath: "/run/xtables.lock"},
+							{Name: "lib-modules", MountPath: "/lib/modules", ReadOnly: true},
+						},
+					}},
+					Volumes: []corev1.Volume{
+						{Name: "kube-proxy", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+							LocalObjectReference: corev1.LocalObjectReference{Name: KubeProxyName},
+						}}},
+						hostPath("xtables-lock", "/run/xtables.lock", corev1.HostPathFileOrCreate),
+						hostPath("lib-modules", "/lib/modules", corev1.HostPathUnset),
+					},
+				},
+			},
+		},
+	}
+}
+
+func (p KubeProxy) labels() map[string]string {
+	l := map[string]string{}
+	for k, v := range p.Labels {
+		l[k] = v
+	}
+	return l
+}
+
+// configHash changes when the ConfigMap does, so the pods restart with its new content
+// (kube-proxy reads its files once).
+func configHash(cm *corev1.ConfigMap) string {
+	h := sha256.New()
+	for _, k := range []string{KeyKubeProxyConfig, KeyKubeProxyKubeconfig} {
+		fmt.Fprintf(h, "%s=%d:%s", k, len(cm.Data[k]), cm.Data[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}

@@ -1,0 +1,232 @@
+package controlplane_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	kubeproxyconfig "k8s.io/kubernetes/pkg/proxy/apis/config"
+	kubeproxyscheme "k8s.io/kubernetes/pkg/proxy/apis/config/scheme"
+	kubeproxyvalidation "k8s.io/kubernetes/pkg/proxy/apis/config/validation"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/kubeconfig"
+	"github.com/kubenest-io/kubenest/pkg/naming"
+	"github.com/kubenest-io/kubenest/pkg/pki"
+)
+
+func TestTenantKubeProxy(t *testing.T) {
+	ca, err := pki.NewCA("tenant-ca", time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := controlplane.DefaultSettings()
+	s.Image = "registry.example/kubenest:v1"
+	objs, err := controlplane.TenantKubeProxy(s, "https://192.0.2.10:31443", ca.CertPEM())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("its service account is bound to system:node-proxier", func(t *testing.T) {
+		sa, crb := objs.ServiceAccount, objs.ClusterRoleBinding
+		if sa.Namespace != "kube-system" || sa.Name != "kube-proxy" {
+			t.Errorf("ServiceAccount %s/%s", sa.Namespace, sa.Name)
+		}
+		want := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}
+		if crb.RoleRef.Kind != "ClusterRole" || crb.RoleRef.Name != "system:node-proxier" || !slices.Equal(crb.Subjects, []rbacv1.Subject{want}) {
+			t.Errorf("ClusterRoleBinding %s: role %+v, subjects %+v", crb.Name, crb.RoleRef, crb.Subjects)
+		}
+	})
+
+	ds := objs.DaemonSet
+	pod := ds.Spec.Template.Spec
+	c := pod.Containers[0]
+	t.Run("the DaemonSet runs our kube-proxy on lent nodes only", func(t *testing.T) {
+		if want := map[string]string{v1alpha1.LabelLent: "true"}; len(pod.NodeSelector) != 1 || pod.NodeSelector[v1alpha1.LabelLent] != "true" {
+			t.Errorf("node selector %v, want %v", pod.NodeSelector, want)
+		}
+		if c.Image != s.Image || c.ImagePullPolicy != s.ImagePullPolicy {
+			t.Errorf("image %s (%s), want the operator's %s", c.Image, c.ImagePullPolicy, s.Image)
+		}
+		wantCmd := []string{controlplane.BinaryPath, "kube-proxy", "--config=/var/lib/kube-proxy/config.conf", "--hostname-override=$(NODE_NAME)"}
+		if !slices.Equal(c.Command, wantCmd) {
+			t.Errorf("command %q, want %q", c.Command, wantCmd)
+		}
+		if len(c.Env) != 1 || c.Env[0].Name != "NODE_NAME" || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+			t.Errorf("env %+v: want NODE_NAME from spec.nodeName", c.Env)
+		}
+		if !pod.HostNetwork || pod.ServiceAccountName != "kube-proxy" || pod.PriorityClassName != "system-node-critical" {
+			t.Errorf("hostNetwork %v, service account %q, priority class %q", pod.HostNetwork, pod.ServiceAccountName, pod.PriorityClassName)
+		}
+		if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged || sc.RunAsUser == nil || *sc.RunAsUser != 0 {
+			t.Errorf("security context %+v: want privileged, as root", sc)
+		}
+		if len(pod.Tolerations) != 1 || pod.Tolerations[0].Operator != corev1.TolerationOpExists || pod.Tolerations[0].Key != "" {
+			t.Errorf("tolerations %+v: want one that tolerates every taint", pod.Tolerations)
+		}
+		hostPaths := map[string]string{}
+		for _, v := range pod.Volumes {
+			if v.HostPath != nil {
+				hostPaths[v.Name] = v.HostPath.Path
+			}
+		}
+		for _, m := range c.VolumeMounts {
+			if p, ok := hostPaths[m.Name]; ok && p != m.MountPath {
+				t.Errorf("host path %s mounted at %s", p, m.MountPath)
+			}
+			if m.Name == "lib-modules" && !m.ReadOnly {
+				t.Errorf("/lib/modules is mounted writable")
+			}
+		}
+		if hostPaths["xtables-lock"] != "/run/xtables.lock" || hostPaths["lib-modules"] != "/lib/modules" {
+			t.Errorf("host paths %v: want /run/xtables.lock and /lib/modules", hostPaths)
+		}
+		if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 {
+			t.Errorf("rolling update %+v: a surge would run two kube-proxies on a node", ru)
+		}
+		if !labelsMatch(ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels) {
+			t.Errorf("selector %v does not select the pod template's labels %v", ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels)
+		}
+	})
+
+	t.Run("the ConfigMap is what kube-proxy reads", func(t *testing.T) {
+		cm := objs.ConfigMap
+		if cm.Namespace != "kube-system" || cm.Name != "kube-proxy" {
+			t.Errorf("ConfigMap %s/%s", cm.Namespace, cm.Name)
+		}
+		mount := ""
+		for _, v := range pod.Volumes {
+			if v.ConfigMap != nil && v.ConfigMap.Name == cm.Name {
+				for _, m := range c.VolumeMounts {
+					if m.Name == v.Name {
+						mount = m.MountPath
+					}
+				}
+			}
+		}
+		if mount != "/var/lib/kube-proxy" {
+			t.Fatalf("the ConfigMap is mounted at %q", mount)
+		}
+		// Decoded strictly and validated by kube-proxy's own code, with its defaults.
+		obj, _, err := kubeproxyscheme.Codecs.UniversalDecoder().Decode([]byte(cm.Data[controlplane.KeyKubeProxyConfig]), nil, nil)
+		if err != nil {
+			t.Fatalf("kube-proxy cannot read its configuration: %v\n%s", err, cm.Data[controlplane.KeyKubeProxyConfig])
+		}
+		cfg := obj.(*kubeproxyconfig.KubeProxyConfiguration)
+		if errs := kubeproxyvalidation.Validate(cfg); len(errs) > 0 {
+			t.Errorf("kube-proxy rejects its configuration: %v", errs.ToAggregate())
+		}
+		if cfg.Mode != kubeproxyconfig.ProxyModeIPTables {
+			t.Errorf("mode %q, want iptables", cfg.Mode)
+		}
+		if cfg.ClientConnection.Kubeconfig != mount+"/"+controlplane.KeyKubeProxyKubeconfig {
+			t.Errorf("kubeconfig %s is not the mounted one", cfg.ClientConnection.Kubeconfig)
+		}
+		if cfg.Linux.Conntrack.MaxPerCore == nil || *cfg.Linux.Conntrack.MaxPerCore != 0 {
+			t.Errorf("conntrack maxPerCore %v: want 0, the node's table size left alone", cfg.Linux.Conntrack.MaxPerCore)
+		}
+
+		kc, err := kubeconfig.Parse([]byte(cm.Data[controlplane.KeyKubeProxyKubeconfig]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kc.Server != "https://192.0.2.10:31443" || string(kc.CAPEM) != string(ca.CertPEM()) {
+			t.Errorf("kubeconfig server %s, CA equal %v", kc.Server, string(kc.CAPEM) == string(ca.CertPEM()))
+		}
+		if kc.TokenFile != "/var/run/secrets/kubernetes.io/serviceaccount/token" || kc.Token != "" || len(kc.ClientKeyPEM) != 0 {
+			t.Errorf("kubeconfig credentials: token file %q: want the pod's service-account token, and nothing else", kc.TokenFile)
+		}
+	})
+
+	t.Run("a new configuration restarts the pods", func(t *testing.T) {
+		moved, err := controlplane.TenantKubeProxy(s, "https://192.0.2.11:31443", ca.CertPEM())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := ds.Spec.Template.Annotations[naming.AnnotationConfigHash], moved.DaemonSet.Spec.Template.Annotations[naming.AnnotationConfigHash]
+		if a == "" || a == b {
+			t.Errorf("config hash %q, then %q for another server", a, b)
+		}
+		again, _ := controlplane.TenantKubeProxy(s, "https://192.0.2.10:31443", ca.CertPEM())
+		if again.DaemonSet.Spec.Template.Annotations[naming.AnnotationConfigHash] != a {
+			t.Errorf("the same inputs give another config hash")
+		}
+	})
+
+	t.Run("label values are valid", func(t *testing.T) {
+		for _, labels := range []map[string]string{objs.ServiceAccount.Labels, objs.ClusterRoleBinding.Labels, objs.ConfigMap.Labels, ds.Labels, ds.Spec.Template.Labels} {
+			for k, v := range labels {
+				if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+					t.Errorf("label %s=%q: %s", k, v, strings.Join(errs, "; "))
+				}
+			}
+		}
+	})
+
+	t.Run("no image, no server: errors", func(t *testing.T) {
+		noImage := s
+		noImage.Image = ""
+		if _, err := controlplane.TenantKubeProxy(noImage, "https://192.0.2.10:31443", ca.CertPEM()); err == nil {
+			t.Error("no error without an image")
+		}
+		if _, err := controlplane.TenantKubeProxy(s, "", ca.CertPEM()); err == nil {
+			t.Error("no error without a server")
+		}
+	})
+}
+
+func TestNodeEndpoint(t *testing.T) {
+	tests := []struct {
+		endpoint, clusterIP, want string
+		wantErr                   bool
+	}{
+		{endpoint: "https://192.0.2.10:31443", clusterIP: "10.96.4.2", want: "https://192.0.2.10:31443"},
+		{endpoint: "https://tenant.example.com:6443", clusterIP: "10.96.4.2", want: "https://tenant.example.com:6443"},
+		// The in-cluster name resolves nowhere on a node: the ClusterIP instead.
+		{endpoint: "https://team-a-apiserver.tenants.svc:6443", clusterIP: "10.96.4.2", want: "https://10.96.4.2:6443"},
+		{endpoint: "", clusterIP: "fd00::4:2", want: "https://[fd00::4:2]:6443"},
+		{endpoint: "https://team-a-apiserver.tenants.svc:6443", clusterIP: "", wantErr: true},
+		{endpoint: "", clusterIP: "None", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := controlplane.NodeEndpoint(tt.endpoint, tt.clusterIP)
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("NodeEndpoint(%q, %q) = %q, %v; want %q (error %v)", tt.endpoint, tt.clusterIP, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func labelsMatch(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return len(selector) > 0
+}
+
+// A kube-proxy for every node (the local host cluster's) with the pods' range.
+func TestKubeProxyEveryNode(t *testing.T) {
+	objs, err := controlplane.KubeProxy{
+		Image: "kubenest.io/kubenest:dev", Server: "https://172.30.0.1:6443", CAPEM: []byte("ca"), ClusterName: "host",
+		ClusterCIDR: "10.244.0.0/16",
+	}.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel := objs.DaemonSet.Spec.Template.Spec.NodeSelector; len(sel) != 0 {
+		t.Errorf("node selector %v, want none", sel)
+	}
+	obj, _, err := kubeproxyscheme.Codecs.UniversalDecoder().Decode([]byte(objs.ConfigMap.Data[controlplane.KeyKubeProxyConfig]), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cidrs := obj.(*kubeproxyconfig.KubeProxyConfiguration).DetectLocal.ClusterCIDRs; !slices.Equal(cidrs, []string{"10.244.0.0/16"}) {
+		t.Errorf("cluster CIDRs %v", cidrs)
+	}
+}

@@ -15,18 +15,10 @@ import (
 // returned: defaults, allocated fields (a Service's ClusterIP) and status.
 func Apply(ctx context.Context, c client.Client, obj client.Object, fieldOwner string) error {
 	gvk := obj.GetObjectKind().GroupVersionKind()
-	if gvk.Kind == "" {
-		return fmt.Errorf("applying %s: object has no kind set", obj.GetName())
-	}
-	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	u, err := applied(obj)
 	if err != nil {
-		return fmt.Errorf("applying %s %s: %w", gvk.Kind, obj.GetName(), err)
+		return err
 	}
-	u := &unstructured.Unstructured{Object: content}
-	// Fields a builder never means to set, which typed objects always carry: status, and
-	// nulls such as metadata.creationTimestamp (in an apply, null would mean "remove").
-	unstructured.RemoveNestedField(u.Object, "status")
-	dropNulls(u.Object)
 	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("applying %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
 	}
@@ -35,6 +27,35 @@ func Apply(ctx context.Context, c client.Client, obj client.Object, fieldOwner s
 	}
 	obj.GetObjectKind().SetGroupVersionKind(gvk)
 	return nil
+}
+
+// Body is the apply patch of obj, a typed object built by a pure builder with its TypeMeta
+// set: for clients other than controller-runtime's, such as a clientset's Patch with
+// types.ApplyPatchType.
+func Body(obj client.Object) ([]byte, error) {
+	u, err := applied(obj)
+	if err != nil {
+		return nil, err
+	}
+	return u.MarshalJSON()
+}
+
+// applied is obj as an apply sends it.
+func applied(obj client.Object) (*unstructured.Unstructured, error) {
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	if gvk.Kind == "" {
+		return nil, fmt.Errorf("applying %s: object has no kind set", obj.GetName())
+	}
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, fmt.Errorf("applying %s %s: %w", gvk.Kind, obj.GetName(), err)
+	}
+	u := &unstructured.Unstructured{Object: content}
+	// Fields a builder never means to set, which typed objects always carry: status, and
+	// nulls such as metadata.creationTimestamp (in an apply, null would mean "remove").
+	unstructured.RemoveNestedField(u.Object, "status")
+	dropNulls(u.Object)
+	return u, nil
 }
 
 func dropNulls(m map[string]any) {

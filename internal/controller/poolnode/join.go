@@ -3,7 +3,6 @@ package poolnode
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
@@ -112,18 +111,14 @@ func (r *Reconciler) ensureJoinSecret(ctx context.Context, pn *v1alpha1.PoolNode
 	return name, nil
 }
 
-// nodeEndpoint is where a lent node's kubelet reaches the tenant's apiserver: its published
-// endpoint when that is outside the host's Service DNS (a node resolves no cluster names),
-// else the apiserver Service's ClusterIP.
+// nodeEndpoint is where a lent node's kubelet reaches the tenant's apiserver
+// (controlplane.NodeEndpoint); the tenant's kube-proxy reaches it there too.
 func (r *Reconciler) nodeEndpoint(ctx context.Context, vc *v1alpha1.VirtualCluster) (string, error) {
-	if u, err := url.Parse(vc.Status.Endpoint); err == nil && u.Host != "" && !strings.HasSuffix(u.Hostname(), ".svc") {
-		return vc.Status.Endpoint, nil
-	}
 	svc := &corev1.Service{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: naming.For(vc.Name).APIServerService()}, svc); err != nil {
 		return "", fmt.Errorf("reading the tenant's apiserver Service: %w", err)
 	}
-	return fmt.Sprintf("https://%s:%d", svc.Spec.ClusterIP, controlplane.APIServerPort), nil
+	return controlplane.NodeEndpoint(vc.Status.Endpoint, svc.Spec.ClusterIP)
 }
 
 // forgetTenant, once a returned node's kubelet serves the host again, removes the node from

@@ -241,9 +241,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 			result.RequeueAfter = probeRetryInterval
 		} else {
 			vc.Status.Version = version
-			if err := r.setupTenant(ctx, vc, tenant); err != nil {
+			if err := r.setupTenant(ctx, vc, tenant, exposure.ClusterIP, pki.authorities.CABundle()); err != nil {
 				conds.Set(v1alpha1.ConditionAPIServerReady, false, ReasonSetupFailed,
-					"the tenant's apiserver answers, but applying its built-in objects (RBAC, cluster DNS) failed; retrying")
+					"the tenant's apiserver answers, but applying its built-in objects (RBAC, cluster DNS, kube-proxy) failed; retrying")
 				return reconcile.Result{}, fmt.Errorf("setting up the tenant: %w", err)
 			}
 		}

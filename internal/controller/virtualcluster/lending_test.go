@@ -200,6 +200,31 @@ func TestNodeLending(t *testing.T) {
 		if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--bootstrap-kubeconfig=") }) {
 			t.Errorf("the kubelet was started with %v, not for the tenant", args)
 		}
+		// The tenant's kube-proxy runs on the nodes with the label the kubelet registers with,
+		// and reaches the apiserver where the kubelet does.
+		if !slices.Contains(args, "--node-labels="+v1alpha1.LabelLent+"=true") {
+			t.Errorf("the kubelet was started with %v: no %s label", args, v1alpha1.LabelLent)
+		}
+		ds, err := tenant.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the tenant's kube-proxy: %v", err)
+		}
+		if sel := ds.Spec.Template.Spec.NodeSelector; sel[v1alpha1.LabelLent] != "true" {
+			t.Errorf("the tenant's kube-proxy runs on nodes %v", sel)
+		}
+		cm, err := tenant.CoreV1().ConfigMaps("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxyKC, err := clientcmd.Load([]byte(cm.Data[controlplane.KeyKubeProxyKubeconfig]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cl := range proxyKC.Clusters {
+			if cl.Server != server {
+				t.Errorf("the tenant's kube-proxy reaches the apiserver at %s, its kubelet at %s", cl.Server, server)
+			}
+		}
 		// The kubelet registers in the tenant; the test plays it.
 		createReadyNode(t, ctx, tenantClientFor(t, ctx, c, vc, routes), lendable, nil)
 		got := waitFor(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) bool {

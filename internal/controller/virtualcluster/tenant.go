@@ -10,13 +10,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/kubectl/pkg/util/podutils"
+	"k8s.io/utils/ptr"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/nodepool"
@@ -51,13 +54,54 @@ func (r *Reconciler) checkTenant(ctx context.Context, vc *v1alpha1.VirtualCluste
 	return info.GitVersion, client, nil
 }
 
-// setupTenant applies what every tenant needs from the start: RBAC of its built-in users and
-// its cluster DNS Service.
-func (r *Reconciler) setupTenant(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernetes.Interface) error {
+// setupTenant applies what every tenant needs from the start: RBAC of its built-in users, its
+// cluster DNS Service and the kube-proxy of the nodes lent to it. apiServerIP is the host
+// ClusterIP of the tenant's apiserver Service, caPEM the tenant's CA bundle.
+func (r *Reconciler) setupTenant(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernetes.Interface, apiServerIP string, caPEM []byte) error {
 	if err := bootstrapTenant(ctx, client); err != nil {
 		return err
 	}
-	return r.tenantDNS(ctx, vc, client)
+	if err := r.tenantDNS(ctx, vc, client); err != nil {
+		return err
+	}
+	return r.tenantKubeProxy(ctx, vc, client, apiServerIP, caPEM)
+}
+
+// tenantKubeProxy keeps the tenant's kube-proxy DaemonSet, which runs on the nodes lent to
+// the tenant only and reaches the tenant's apiserver where their kubelets do.
+func (r *Reconciler) tenantKubeProxy(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernetes.Interface, apiServerIP string, caPEM []byte) error {
+	server, err := controlplane.NodeEndpoint(vc.Status.Endpoint, apiServerIP)
+	if err != nil {
+		return err
+	}
+	objs, err := controlplane.TenantKubeProxy(r.Settings, server, caPEM)
+	if err != nil {
+		return err
+	}
+	ns := controlplane.KubeProxyNamespace
+	if err := applyInTenant(ctx, client.CoreV1().ServiceAccounts(ns).Patch, objs.ServiceAccount); err != nil {
+		return err
+	}
+	if err := applyInTenant(ctx, client.RbacV1().ClusterRoleBindings().Patch, objs.ClusterRoleBinding); err != nil {
+		return err
+	}
+	if err := applyInTenant(ctx, client.CoreV1().ConfigMaps(ns).Patch, objs.ConfigMap); err != nil {
+		return err
+	}
+	return applyInTenant(ctx, client.AppsV1().DaemonSets(ns).Patch, objs.DaemonSet)
+}
+
+// applyInTenant server-side applies obj, built by a pure builder, with patch, the Patch method
+// of a tenant clientset's typed client for obj's kind.
+func applyInTenant[T any](ctx context.Context, patch func(context.Context, string, types.PatchType, []byte, metav1.PatchOptions, ...string) (T, error), obj crclient.Object) error {
+	body, err := ssa.Body(obj)
+	if err != nil {
+		return err
+	}
+	if _, err := patch(ctx, obj.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: FieldOwner, Force: ptr.To(true)}); err != nil {
+		return fmt.Errorf("applying tenant %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
+	}
+	return nil
 }
 
 // tenantDNS keeps the tenant's kube-system/kube-dns Service at the tenth address of its

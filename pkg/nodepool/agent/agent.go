@@ -204,7 +204,8 @@ func (a *Agent) configureTenant(ctx context.Context, target Target) error {
 	return nil
 }
 
-// args are the kubelet's flags for target.
+// args are the kubelet's flags for target. In a tenant, the node registers with the label
+// lent nodes carry (added to the labels of the kubelet's other flags, if any).
 func (a *Agent) args(target Target) []string {
 	if target.IsHost() {
 		return a.cfg.HostArgs
@@ -215,6 +216,7 @@ func (a *Agent) args(target Target) []string {
 		"--kubeconfig=" + filepath.Join(d, "kubeconfig"),
 		"--bootstrap-kubeconfig=" + filepath.Join(d, "bootstrap-kubeconfig"),
 		"--cert-dir=" + filepath.Join(d, "pki"),
+		"--node-labels=" + v1alpha1.LabelLent + "=true",
 	}
 }
 

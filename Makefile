@@ -42,7 +42,7 @@ IMAGE_TARS := $(addprefix $(IMAGES_DIR)/,kubenest.tar pause.tar busybox.tar core
 
 # The local host cluster's own binaries, built from the k8s.io/kubernetes module go.mod pins.
 KUBE_BIN := $(CACHE_DIR)/bin/$(KUBE_VERSION)
-KUBE_BINARIES := $(addprefix $(KUBE_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+KUBE_BINARIES := $(addprefix $(KUBE_BIN)/,kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36 \
 	-X k8s.io/component-base/version.gitTreeState=clean
@@ -163,7 +163,7 @@ up: host-deps build image $(KUBE_BINARIES) $(HELM) $(BIN_DIR)/certmanager ## Bri
 	go run ./test/e2e/local up --kube-bin $(KUBE_BIN) --nest-controlplane $(BIN_DIR)/nest-controlplane \
 		--node-agent $(CURDIR)/$(BIN_DIR)/node-agent \
 		--cert-manager $(CURDIR)/$(BIN_DIR)/certmanager --cert-manager-crds $(CERT_MANAGER_CRDS) \
-		$(addprefix --image ,$(IMAGE_TARS)) --nodes $(NODES)
+		$(addprefix --image ,$(IMAGE_TARS)) --kube-proxy-image $(IMAGE) --nodes $(NODES)
 	$(HELM_INSTALL)
 	$(KUBECTL) apply --server-side -f test/e2e/testdata/demo.yaml
 	$(KUBECTL) -n demo wait virtualcluster/demo --for=condition=Ready --timeout=5m

@@ -26,7 +26,7 @@ const (
 )
 
 // node is one worker: a network namespace of the same name with its own address, pod subnet,
-// containerd, kubelet and kube-proxy.
+// containerd and kubelet.
 type node struct {
 	index   int
 	name    string

@@ -4,16 +4,16 @@
 //   - the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) runs as
 //     processes of this machine, listening on the bridge address 172.30.0.1;
 //   - every worker node is a network namespace (kn-worker-N, address 172.30.0.1N on the bridge
-//     knbr0) running its own containerd, kubelet and kube-proxy, with its own pod subnet
-//     10.244.N.0/24 routed between the nodes, so pods, Services and NodePorts behave as on
-//     real machines;
+//     knbr0) running its own containerd and kubelet (run by the node's node agent), with its
+//     own pod subnet 10.244.N.0/24 routed between the nodes; kube-proxy is a DaemonSet, as on
+//     production hosts, so pods, Services and NodePorts behave as on real machines;
 //   - images are imported into each node's containerd, never pulled; CoreDNS serves the
 //     cluster's DNS.
 //
 // Everything it starts it records, and "down" stops exactly that and removes what "up"
 // created: processes, mounts, network namespaces, the bridge, cgroups and state.
 //
-//	local up   --kube-bin DIR --nest-controlplane BIN --image TAR... --nodes 2
+//	local up   --kube-bin DIR --nest-controlplane BIN --image TAR... --kube-proxy-image REF --nodes 2
 //	local load --image TAR...   (import rebuilt images into the running cluster's nodes)
 //	local down
 package main
@@ -35,7 +35,7 @@ type config struct {
 	stateDir string // persistent state: PKI, etcd data, node roots
 	runDir   string // sockets and runtime state
 	outDir   string // kubeconfig and logs for people: _output
-	kubeBin  string // kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl
+	kubeBin  string // kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl
 	etcdBin  string // nest-controlplane, whose "etcd" subcommand is embedded etcd
 	agentBin string // node-agent, which runs each node's kubelet
 	// certManager, when set, is test/e2e/certmanager: cert-manager's controllers, test-only.
@@ -43,6 +43,7 @@ type config struct {
 	certManagerCRDs string
 	lendable        []string
 	images          []string
+	kubeProxyImage  string // the KubeNest image, one of images: kube-proxy on every node
 	addons          string // directory of add-on manifests applied after the nodes are Ready
 	nodes           int
 }
@@ -64,7 +65,7 @@ func main() {
 	fs.StringVar(&cfg.stateDir, "state-dir", "/var/lib/kubenest-local", "Persistent state of the cluster.")
 	fs.StringVar(&cfg.runDir, "run-dir", "/run/kubenest-local", "Sockets and runtime state of the cluster.")
 	fs.StringVar(&cfg.outDir, "output", "_output", "Where the host kubeconfig (host.kubeconfig) and the logs (local/logs) go.")
-	fs.StringVar(&cfg.kubeBin, "kube-bin", "", "Directory of kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy and kubectl.")
+	fs.StringVar(&cfg.kubeBin, "kube-bin", "", "Directory of kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl.")
 	fs.StringVar(&cfg.etcdBin, "nest-controlplane", "", "nest-controlplane binary; its etcd subcommand runs the host's etcd.")
 	fs.StringVar(&cfg.agentBin, "node-agent", "", "node-agent binary; it runs each node's kubelet.")
 	fs.StringVar(&cfg.certManager, "cert-manager", "", "Test-only cert-manager program (test/e2e/certmanager) to run against the cluster; empty runs none.")
@@ -72,6 +73,7 @@ func main() {
 	var lendable stringList
 	fs.Var(&lendable, "lendable", "Node labelled kubenest.io/lendable=true, which tenants may borrow. Repeatable; default the last node when there are two or more.")
 	fs.Var(&images, "image", "Image tarball to import into every node. Repeatable.")
+	fs.StringVar(&cfg.kubeProxyImage, "kube-proxy-image", "", "The KubeNest image (one of --image), whose nest-controlplane runs kube-proxy on every node.")
 	fs.StringVar(&cfg.addons, "addons", "test/e2e/local/addons", "Directory of add-on manifests (CoreDNS) applied once the nodes are Ready.")
 	fs.IntVar(&cfg.nodes, "nodes", 2, "Number of worker nodes (1 to 9).")
 	_ = fs.Parse(os.Args[2:])
@@ -94,8 +96,8 @@ func main() {
 	start := time.Now()
 	switch cmd {
 	case "up":
-		if cfg.kubeBin == "" || cfg.etcdBin == "" || cfg.agentBin == "" {
-			fatalf("--kube-bin, --nest-controlplane and --node-agent are required")
+		if cfg.kubeBin == "" || cfg.etcdBin == "" || cfg.agentBin == "" || cfg.kubeProxyImage == "" {
+			fatalf("--kube-bin, --nest-controlplane, --node-agent and --kube-proxy-image are required")
 		}
 		err = up(ctx, cfg)
 	case "load":

@@ -63,7 +63,6 @@ func (c config) hostPKI(nodes []node) error {
 		"admin":              client("kubernetes-admin", "system:masters"),
 		"controller-manager": client("system:kube-controller-manager"),
 		"scheduler":          client("system:kube-scheduler"),
-		"kube-proxy":         client("system:kube-proxy"),
 	}
 	for _, n := range nodes {
 		kubeconfigs["kubelet-"+n.name] = client("system:node:"+n.name, "system:nodes")

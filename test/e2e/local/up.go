@@ -33,8 +33,10 @@ func up(ctx context.Context, c config) error {
 		{"start etcd and kube-apiserver", func() error { return c.startAPIServer(ctx) }},
 		{"start kube-controller-manager and kube-scheduler", c.startControllers},
 		{"start each node's containerd and import the images", func() error { return c.startRuntimes(ctx, nodes) }},
-		{"start each node's kubelet and kube-proxy", func() error { return c.startKubelets(nodes) }},
+		{"start each node's node agent and kubelet", func() error { return c.startKubelets(nodes) }},
 		{"wait for the nodes to be Ready", func() error { return c.waitNodes(ctx, len(nodes)) }},
+		// Before anything that uses a Service.
+		{"run kube-proxy on every node (a DaemonSet)", func() error { return c.installKubeProxy(ctx, len(nodes)) }},
 		{"install the add-ons (CoreDNS)", func() error { return c.installAddons(ctx) }},
 	}
 	if c.certManager != "" {
@@ -105,7 +107,7 @@ func (c config) checkMachine() error {
 	}
 	for _, f := range []string{"/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/lib/cni/loopback", "/usr/lib/cni/portmap",
 		c.kubeBinary("kube-apiserver"), c.kubeBinary("kube-controller-manager"), c.kubeBinary("kube-scheduler"),
-		c.kubeBinary("kubelet"), c.kubeBinary("kube-proxy"), c.kubeBinary("kubectl"), c.etcdBin, c.agentBin} {
+		c.kubeBinary("kubelet"), c.kubeBinary("kubectl"), c.etcdBin, c.agentBin} {
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("missing %s", f)
 		}
@@ -310,7 +312,7 @@ func (c config) importImages(ctx context.Context, nodes []node) error {
 }
 
 // startKubelets starts each node's node agent, which runs its kubelet (with its own cgroup
-// root, log directory and root directory), and its kube-proxy.
+// root, log directory and root directory). kube-proxy is a DaemonSet (installKubeProxy).
 func (c config) startKubelets(nodes []node) error {
 	pki := func(f string) string { return filepath.Join(c.pkiDir(), f) }
 	for _, n := range nodes {
@@ -366,22 +368,6 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.avail
 			agentArgs = append(agentArgs, "--kubelet-arg="+a)
 		}
 		if err := c.startSupervised(n.name+"-node-agent", n.name, c.agentBin, agentArgs...); err != nil {
-			return err
-		}
-		proxyCfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-clientConnection: {kubeconfig: %q}
-mode: iptables
-clusterCIDR: %s
-hostnameOverride: %s
-conntrack: {maxPerCore: 0}
-metricsBindAddress: 127.0.0.1:10249
-`, pki("kube-proxy.kubeconfig"), podCIDR, n.name)
-		proxyPath := filepath.Join(dir, "kube-proxy.yaml")
-		if err := os.WriteFile(proxyPath, []byte(proxyCfg), 0o644); err != nil {
-			return err
-		}
-		if err := c.startProcess(n.name+"-kube-proxy", n.name, c.kubeBinary("kube-proxy"), "--config="+proxyPath); err != nil {
 			return err
 		}
 	}

@@ -5,7 +5,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,18 +19,22 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 )
 
 const sharedNode = "kubenest-shared"
 
 // TestTenantServices: a tenant's pods reach its Services by name and by ClusterIP, and
 // headless names resolve to pod IPs, from the shared node and from a lent node, with the
-// server pods on the shared node; and a Service deleted in the tenant leaves nothing in the
-// host.
+// server pods on the shared node; on the lent node the tenant's kube-proxy replaces the host's,
+// which comes back with the node, and never do both run; and a Service deleted in the tenant
+// leaves nothing in the host.
 func TestTenantServices(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -105,7 +112,27 @@ nslookup kubernetes.default.svc.cluster.local || exit 1`, web.Spec.ClusterIP)
 		setPromotion(t, ctx, vc, 1)
 		waitNodesReady(t, ctx, vc)
 		waitTenantNodeReady(t, ctx, tenant, lendableNode)
+		// The host's kube-proxy left with the host's pods; the tenant's runs there, alone.
+		pod := waitKubeProxyPod(t, ctx, tenant, lendableNode, time.Time{})
+		t.Logf("the tenant's kube-proxy %s runs on %s", pod.Name, lendableNode)
+		// The tenant is exposed on a NodePort: lent nodes reach it at its endpoint.
+		lent := &v1alpha1.VirtualCluster{}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: vc.Name}, lent); err != nil {
+			t.Fatal(err)
+		}
+		checkOneKubeProxy(t, ctx, lendableNode, lent.Status.Endpoint)
 		check(t, lendableNode)
+		// A Service made now is one the host's kube-proxy never saw on this node: only the
+		// tenant's routes it here.
+		late := createService(t, ctx, tenant, "web-late", false)
+		out, ok := runTenantPod(t, ctx, tenant, "client-late", lendableNode, fmt.Sprintf(`set -x
+for i in 1 2 3 4 5 6 7 8 9 10; do echo | nc -w 5 %s 80 && exit 0; sleep 1; done; exit 1`, late.Spec.ClusterIP))
+		if !ok || !strings.Contains(out, "hi from web-") {
+			t.Errorf("a pod on the lent node could not reach a new Service's ClusterIP %s:\n%s", late.Spec.ClusterIP, out)
+		}
+		if p := waitKubeProxyPod(t, ctx, tenant, lendableNode, time.Time{}); p.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("the tenant's kube-proxy restarted %d times", p.Status.ContainerStatuses[0].RestartCount)
+		}
 	})
 
 	t.Run("a Service deleted in the tenant leaves nothing in the host", func(t *testing.T) {
@@ -126,9 +153,84 @@ nslookup kubernetes.default.svc.cluster.local || exit 1`, web.Spec.ClusterIP)
 		}
 	})
 
+	returned := time.Now()
 	setPromotion(t, ctx, vc, 0)
 	waitVC(t, ctx, vc, 3*time.Minute, func(v *v1alpha1.VirtualCluster) bool { return len(v.Status.Nodes) == 0 })
+	t.Run("the returned node runs the host's kube-proxy again, alone", func(t *testing.T) {
+		waitKubeProxyPod(t, ctx, hostCS, lendableNode, returned)
+		checkOneKubeProxy(t, ctx, lendableNode, hostConfig.Host)
+	})
 	deleteAndCheckGone(t, ctx, vc)
+}
+
+// waitKubeProxyPod waits until the kube-system kube-proxy pod of node in cluster is Ready,
+// its container started after since, and returns it.
+func waitKubeProxyPod(t *testing.T, ctx context.Context, cluster kubernetes.Interface, node string, since time.Time) *corev1.Pod {
+	t.Helper()
+	var last string
+	var pod *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := cluster.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{
+			LabelSelector: "k8s-app=kube-proxy", FieldSelector: "spec.nodeName=" + node,
+		})
+		if err != nil || len(pods.Items) != 1 {
+			last = fmt.Sprintf("%d pods, %v", len(pods.Items), err)
+			return false, nil
+		}
+		p := &pods.Items[0]
+		last = fmt.Sprintf("pod %s phase %s, containers %+v", p.Name, p.Status.Phase, p.Status.ContainerStatuses)
+		if !podutils.IsPodReady(p) || len(p.Status.ContainerStatuses) != 1 {
+			return false, nil
+		}
+		running := p.Status.ContainerStatuses[0].State.Running
+		pod = p
+		return running != nil && running.StartedAt.After(since), nil
+	})
+	if err != nil {
+		t.Fatalf("no kube-proxy Ready on %s since %s: %s: %v", node, since.Format(time.TimeOnly), last, err)
+	}
+	return pod
+}
+
+// checkOneKubeProxy checks that exactly one kube-proxy runs in node's network namespace (two
+// would fight over its iptables rules), and that it serves the cluster whose apiserver is
+// server: it reads the kubeconfig the process has mounted.
+func checkOneKubeProxy(t *testing.T, ctx context.Context, node, server string) {
+	t.Helper()
+	var netns syscall.Stat_t
+	if err := syscall.Stat("/run/netns/"+node, &netns); err != nil {
+		t.Fatalf("network namespace of %s: %v", node, err)
+	}
+	want := fmt.Sprintf("net:[%d]", netns.Ino)
+	var servers []string
+	// The kube-proxy of the node's previous cluster may still be stopping.
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		servers = nil
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			dir := filepath.Dir(p)
+			cmdline, err := os.ReadFile(p)
+			args := strings.Split(string(cmdline), "\x00")
+			if err != nil || len(args) < 2 || filepath.Base(args[0]) != "nest-controlplane" || args[1] != "kube-proxy" {
+				continue
+			}
+			if ns, err := os.Readlink(filepath.Join(dir, "ns", "net")); err != nil || ns != want {
+				continue
+			}
+			kc, err := clientcmd.LoadFromFile(filepath.Join(dir, "root", controlplane.KubeProxyConfigDir, controlplane.KeyKubeProxyKubeconfig))
+			if err != nil {
+				servers = append(servers, fmt.Sprintf("%s: %v", dir, err))
+				continue
+			}
+			for _, c := range kc.Clusters {
+				servers = append(servers, c.Server)
+			}
+		}
+		return len(servers) == 1, nil
+	})
+	if err != nil || servers[0] != server {
+		t.Errorf("kube-proxies in %s's network namespace serve %q; want one, for %s", node, servers, server)
+	}
 }
 
 func createService(t *testing.T, ctx context.Context, tenant kubernetes.Interface, name string, headless bool) *corev1.Service {

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -17,32 +20,37 @@ import (
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
-// apiServerWait bounds how long the controller-manager and scheduler wait for the apiserver.
+// apiServerWait bounds how long the apiserver waits for etcd, and the controller-manager and
+// scheduler for the apiserver.
 const apiServerWait = 10 * time.Minute
 
-func newAPIServerCommand() *cobra.Command { return apiserver.NewAPIServerCommand() }
+func newAPIServerCommand() *cobra.Command {
+	return waitFirst(apiserver.NewAPIServerCommand(), "etcd-servers", waitForEtcd)
+}
 
+// The controller-manager and the scheduler wait until the apiserver their --kubeconfig points
+// at answers /readyz. Upstream, the controller-manager exits when it starts before the
+// apiserver has bootstrapped its RBAC roles, and its container then waits out a crash-loop
+// back-off; waiting here starts it as soon as the apiserver is ready.
 func newControllerManagerCommand() *cobra.Command {
-	return waitForAPIServerFirst(controllermanager.NewControllerManagerCommand())
+	return waitFirst(controllermanager.NewControllerManagerCommand(), "kubeconfig", waitForAPIServer)
 }
 
 func newSchedulerCommand() *cobra.Command {
-	return waitForAPIServerFirst(scheduler.NewSchedulerCommand())
+	return waitFirst(scheduler.NewSchedulerCommand(), "kubeconfig", waitForAPIServer)
 }
 
-// waitForAPIServerFirst makes cmd wait until the apiserver its --kubeconfig points at answers
-// /readyz. Upstream, the controller-manager exits when it starts before the apiserver has
-// bootstrapped its RBAC roles, and its container then waits out a crash-loop back-off; waiting
-// here starts it as soon as the apiserver is ready.
-func waitForAPIServerFirst(cmd *cobra.Command) *cobra.Command {
+// waitFirst makes cmd run wait(value of --flag) before it starts, unless the flag is empty or
+// only --version is asked for.
+func waitFirst(cmd *cobra.Command, flag string, wait func(ctx context.Context, value string, timeout time.Duration) error) *cobra.Command {
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		if f := c.Flags().Lookup("version"); f != nil && f.Value.String() != "false" {
 			return run(c, args)
 		}
-		if f := c.Flags().Lookup("kubeconfig"); f != nil && f.Value.String() != "" {
+		if f := c.Flags().Lookup(flag); f != nil && f.Value.String() != "" && f.Value.String() != "[]" {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			err := waitForAPIServer(ctx, f.Value.String(), apiServerWait)
+			err := wait(ctx, f.Value.String(), apiServerWait)
 			stop()
 			if err != nil {
 				return err
@@ -51,6 +59,48 @@ func waitForAPIServerFirst(cmd *cobra.Command) *cobra.Command {
 		return run(c, args)
 	}
 	return cmd
+}
+
+// waitForEtcd waits until one of the --etcd-servers accepts a TCP connection. The apiserver's
+// etcd client backs off between failed connection attempts (1 s, 1.6 s, 2.6 s, ...): started
+// before etcd listens, as it is when a tenant is created, the apiserver would find etcd seconds
+// after it is up. Polling here every 100 ms costs nothing and starts it as soon as etcd is.
+func waitForEtcd(ctx context.Context, servers string, timeout time.Duration) error {
+	var addrs []string
+	for _, s := range strings.Split(strings.Trim(servers, "[]"), ",") {
+		u, err := url.Parse(strings.TrimSpace(s))
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("--etcd-servers: %q is not a URL like https://etcd:2379", s)
+		}
+		addrs = append(addrs, u.Host)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var dialer net.Dialer
+	start, lastLog := time.Now(), time.Now()
+	for {
+		var err error
+		for _, addr := range addrs {
+			attempt, cancelAttempt := context.WithTimeout(ctx, time.Second)
+			var conn net.Conn
+			conn, err = dialer.DialContext(attempt, "tcp", addr)
+			cancelAttempt()
+			if err == nil {
+				conn.Close()
+				klog.InfoS("etcd accepts connections", "server", addr, "waited", time.Since(start).Round(time.Millisecond))
+				return nil
+			}
+		}
+		if time.Since(lastLog) > 10*time.Second {
+			klog.InfoS("waiting for etcd", "servers", addrs, "err", err)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no etcd server of %v accepts connections after %s: %w", addrs, time.Since(start).Round(time.Second), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func waitForAPIServer(ctx context.Context, kubeconfig string, timeout time.Duration) error {

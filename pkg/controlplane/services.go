@@ -32,14 +32,20 @@ func EtcdPeerService(vc *v1alpha1.VirtualCluster) *corev1.Service {
 	}
 }
 
-// EtcdClientService is the Service the apiserver reaches the ready etcd members through.
+// EtcdClientService is the Service the apiserver reaches etcd through. It publishes members
+// that are not Ready yet: a member accepts connections as soon as it listens and answers them
+// once it has joined the cluster, so the apiserver, which starts alongside etcd, connects
+// without waiting for etcd's readiness probe, the EndpointSlice update and its client's
+// back-off (about 2 s of a tenant's creation). A member that is not listening refuses the
+// connection, and the client tries again.
 func EtcdClientService(vc *v1alpha1.VirtualCluster) *corev1.Service {
 	names := naming.For(vc.Name)
 	return &corev1.Service{
 		TypeMeta:   typeMeta("v1", "Service"),
 		ObjectMeta: objectMeta(vc, names.EtcdClientService(), naming.ComponentEtcd),
 		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeClusterIP,
+			Type:                     corev1.ServiceTypeClusterIP,
+			PublishNotReadyAddresses: true,
 			Selector: names.Labels(naming.ComponentEtcd),
 			Ports:    []corev1.ServicePort{servicePort("client", EtcdClientPort)},
 		},

@@ -62,8 +62,8 @@ func TestEtcdServices(t *testing.T) {
 			peer.Name, peer.Spec.ClusterIP, peer.Spec.PublishNotReadyAddresses)
 	}
 	client := controlplane.EtcdClientService(vc)
-	if client.Name != "tenant-etcd" || client.Spec.ClusterIP == corev1.ClusterIPNone || client.Spec.PublishNotReadyAddresses {
-		t.Errorf("client Service %s: clusterIP %q, publishNotReady %v; want a ClusterIP of ready members",
+	if client.Name != "tenant-etcd" || client.Spec.ClusterIP == corev1.ClusterIPNone || !client.Spec.PublishNotReadyAddresses {
+		t.Errorf("client Service %s: clusterIP %q, publishNotReady %v; want a ClusterIP of every member that listens",
 			client.Name, client.Spec.ClusterIP, client.Spec.PublishNotReadyAddresses)
 	}
 	if len(client.Spec.Ports) != 1 || client.Spec.Ports[0].Port != controlplane.EtcdClientPort {

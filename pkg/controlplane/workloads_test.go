@@ -360,8 +360,12 @@ func TestControlPlaneDeploymentContainers(t *testing.T) {
 			if m := mount(c, "certs"); m == nil || m.MountPath != controlplane.PKIDir || !m.ReadOnly {
 				t.Errorf("certs mount %+v, want read-only at %s", m, controlplane.PKIDir)
 			}
-			if c.StartupProbe == nil || c.LivenessProbe == nil {
-				t.Error("missing startup or liveness probe")
+			if c.LivenessProbe == nil {
+				t.Error("no liveness probe")
+			}
+			// Only the apiserver decides when the pod is Ready (behind the apiserver Service).
+			if gates := c.StartupProbe != nil || c.ReadinessProbe != nil; gates != (c.Name == controlplane.ContainerAPIServer) {
+				t.Errorf("startup probe %v, readiness probe %v: only the apiserver's gate the pod's readiness", c.StartupProbe, c.ReadinessProbe)
 			}
 		})
 	}
@@ -708,6 +712,31 @@ func assertSelectsTemplate(t *testing.T, selector, labels map[string]string, com
 		if labels[k] != v {
 			t.Errorf("template labels %v do not match selector %v", labels, selector)
 			return
+		}
+	}
+}
+
+// Every Go component's runtime keeps to its memory request: GOMEMLIMIT is the request, through
+// the Downward API, so a tenant's own resources set it too.
+func TestGoMemoryLimitFollowsRequest(t *testing.T) {
+	d := controlPlaneDeployment(t)
+	containers := d.Spec.Template.Spec.Containers
+	containers = append(containers, controlplane.EtcdStatefulSet(newVC(), controlplane.DefaultSettings(), "").Spec.Template.Spec.Containers...)
+	for _, c := range containers {
+		if c.Name == controlplane.ContainerDNS {
+			continue
+		}
+		var ref *corev1.ResourceFieldSelector
+		for _, e := range c.Env {
+			if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil {
+				ref = e.ValueFrom.ResourceFieldRef
+			}
+		}
+		if ref == nil || ref.ContainerName != c.Name || ref.Resource != "requests.memory" {
+			t.Errorf("%s: GOMEMLIMIT from %+v, want its own requests.memory", c.Name, ref)
+		}
+		if _, ok := c.Resources.Requests[corev1.ResourceMemory]; !ok {
+			t.Errorf("%s: no memory request for GOMEMLIMIT to follow", c.Name)
 		}
 	}
 }

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWaitForEtcd(t *testing.T) {
+	// A port nothing listens on: taken, then released.
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := closed.Addr().String()
+	closed.Close()
+
+	t.Run("returns once a server listens", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		// pflag prints a string slice as [a,b].
+		servers := "[https://" + closedAddr + ",https://" + l.Addr().String() + "]"
+		if err := waitForEtcd(context.Background(), servers, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("gives up after the timeout, naming the servers", func(t *testing.T) {
+		err := waitForEtcd(context.Background(), "https://"+closedAddr, 300*time.Millisecond)
+		if err == nil || !strings.Contains(err.Error(), closedAddr) {
+			t.Fatalf("err = %v, want one naming %s", err, closedAddr)
+		}
+	})
+	t.Run("a value that is not a URL names the flag", func(t *testing.T) {
+		err := waitForEtcd(context.Background(), "etcd:2379", time.Second)
+		if err == nil || !strings.Contains(err.Error(), "--etcd-servers") {
+			t.Fatalf("err = %v, want one naming --etcd-servers", err)
+		}
+	})
+}

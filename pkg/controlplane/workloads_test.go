@@ -716,9 +716,9 @@ func assertSelectsTemplate(t *testing.T, selector, labels map[string]string, com
 	}
 }
 
-// Every Go component's runtime keeps to its memory request: GOMEMLIMIT is the request, through
-// the Downward API, so a tenant's own resources set it too.
-func TestGoMemoryLimitFollowsRequest(t *testing.T) {
+// Every Go component's runtime knows its memory limit: GOMEMLIMIT is the limit, through the
+// Downward API, so a tenant's own resources set it.
+func TestGoMemoryLimitFollowsLimit(t *testing.T) {
 	d := controlPlaneDeployment(t)
 	containers := d.Spec.Template.Spec.Containers
 	containers = append(containers, controlplane.EtcdStatefulSet(newVC(), controlplane.DefaultSettings(), "").Spec.Template.Spec.Containers...)
@@ -732,11 +732,8 @@ func TestGoMemoryLimitFollowsRequest(t *testing.T) {
 				ref = e.ValueFrom.ResourceFieldRef
 			}
 		}
-		if ref == nil || ref.ContainerName != c.Name || ref.Resource != "requests.memory" {
-			t.Errorf("%s: GOMEMLIMIT from %+v, want its own requests.memory", c.Name, ref)
-		}
-		if _, ok := c.Resources.Requests[corev1.ResourceMemory]; !ok {
-			t.Errorf("%s: no memory request for GOMEMLIMIT to follow", c.Name)
+		if ref == nil || ref.ContainerName != c.Name || ref.Resource != "limits.memory" {
+			t.Errorf("%s: GOMEMLIMIT from %+v, want its own limits.memory", c.Name, ref)
 		}
 	}
 }

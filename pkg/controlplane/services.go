@@ -46,8 +46,8 @@ func EtcdClientService(vc *v1alpha1.VirtualCluster) *corev1.Service {
 		Spec: corev1.ServiceSpec{
 			Type:                     corev1.ServiceTypeClusterIP,
 			PublishNotReadyAddresses: true,
-			Selector: names.Labels(naming.ComponentEtcd),
-			Ports:    []corev1.ServicePort{servicePort("client", EtcdClientPort)},
+			Selector:                 names.Labels(naming.ComponentEtcd),
+			Ports:                    []corev1.ServicePort{servicePort("client", EtcdClientPort)},
 		},
 	}
 }

@@ -57,6 +57,12 @@ func TestValidation(t *testing.T) {
 			{name: "issuer name not a DNS name", vc: vc("issuer-name", func(v *v1alpha1.VirtualCluster) {
 				v.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "My_CA"}}
 			}), errHas: []string{"spec.pki.issuerRef.name"}},
+			{name: "promotions of a tenant exposed as ClusterIP", vc: vc("lend-clusterip", func(v *v1alpha1.VirtualCluster) {
+				v.Spec.Nodes.Promotions = []v1alpha1.NodePromotion{{Name: "workers", Count: 1}}
+			}), errHas: []string{"spec.controlPlane.exposure.type", "nodes.promotions need controlPlane.exposure.type NodePort or LoadBalancer"}},
+			{name: "no node asked of a tenant exposed as ClusterIP", vc: vc("lend-none", func(v *v1alpha1.VirtualCluster) {
+				v.Spec.Nodes.Promotions = []v1alpha1.NodePromotion{{Name: "workers", Count: 0}}
+			})},
 			{name: "name too long", vc: vc(strings.Repeat("a", 41), nil),
 				errHas: []string{"metadata.name must be at most 40 characters"}},
 			{name: "name with a dot", vc: vc("a.b", nil),

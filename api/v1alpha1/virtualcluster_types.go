@@ -40,6 +40,7 @@ type VirtualCluster struct {
 // VirtualClusterSpec is the desired shape of a tenant's cluster. Every field has a default, so
 // an empty spec asks for a single-replica control plane reached through a ClusterIP Service.
 // +kubebuilder:validation:XValidation:rule="has(self.pki) == has(oldSelf.pki) && (!has(self.pki) || self.pki == oldSelf.pki)",message="pki is immutable: the issuer of the tenant's CA is chosen at creation"
+// +kubebuilder:validation:XValidation:rule="!has(self.nodes) || !has(self.nodes.promotions) || self.nodes.promotions.all(p, p.count == 0) || !has(self.controlPlane.exposure) || self.controlPlane.exposure.type != 'ClusterIP'",fieldPath=".controlPlane.exposure.type",message="nodes.promotions need controlPlane.exposure.type NodePort or LoadBalancer: a lent node leaves the host's Service network with the host's kube-proxy, so its kubelet cannot reach a ClusterIP"
 type VirtualClusterSpec struct {
 	// controlPlane configures the tenant's kube-apiserver, kube-controller-manager and
 	// kube-scheduler, which run together in each control-plane pod.

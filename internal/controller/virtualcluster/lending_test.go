@@ -64,9 +64,15 @@ func TestNodeLending(t *testing.T) {
 	routes := &tenantRoutes{}
 	startOperator(t, env, routes)
 
+	// Lending needs an endpoint outside the host's Service network: a NodePort, published on a
+	// node that stays in the host.
+	createReadyNode(t, ctx, c, "stays", nil)
 	vc := &v1alpha1.VirtualCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "lender", Namespace: ns},
-		Spec:       v1alpha1.VirtualClusterSpec{Etcd: v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}}},
+		Spec: v1alpha1.VirtualClusterSpec{
+			ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{Type: v1alpha1.ExposureNodePort}},
+			Etcd:         v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
+		},
 	}
 	if err := c.Create(ctx, vc); err != nil {
 		t.Fatal(err)
@@ -188,8 +194,8 @@ func TestNodeLending(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: naming.For(vc.Name).APIServerService()}, svc); err != nil {
 			t.Fatal(err)
 		}
-		if want := fmt.Sprintf("https://%s:6443", svc.Spec.ClusterIP); server != want {
-			t.Errorf("bootstrap server %s, want the apiserver Service's ClusterIP %s", server, want)
+		if want := fmt.Sprintf("https://10.9.9.9:%d", svc.Spec.Ports[0].NodePort); server != want {
+			t.Errorf("bootstrap server %s, want the apiserver's NodePort endpoint %s", server, want)
 		}
 		id, _, _ := strings.Cut(token, ".")
 		bt, err := tenant.CoreV1().Secrets("kube-system").Get(ctx, "bootstrap-token-"+id, metav1.GetOptions{})

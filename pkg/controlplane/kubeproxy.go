@@ -1,8 +1,6 @@
 package controlplane
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -116,7 +114,7 @@ func (p KubeProxy) Objects() (*KubeProxyObjects, error) {
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: KubeProxyName, Namespace: KubeProxyNamespace}},
 		},
 		ConfigMap: cm,
-		DaemonSet: p.daemonSet(configHash(cm)),
+		DaemonSet: p.daemonSet(ConfigMapHash(cm)),
 	}, nil
 }
 
@@ -139,6 +137,8 @@ func (p KubeProxy) configuration() map[string]any {
 	return cfg
 }
 
+// daemonSet runs kube-proxy; configHash (ConfigMapHash of its ConfigMap) restarts the pods
+// when the ConfigMap changes, since kube-proxy reads its files once.
 func (p KubeProxy) daemonSet(configHash string) *appsv1.DaemonSet {
 	selector := map[string]string{"k8s-app": KubeProxyName}
 	podLabels := p.labels()
@@ -206,14 +206,4 @@ func (p KubeProxy) labels() map[string]string {
 		l[k] = v
 	}
 	return l
-}
-
-// configHash changes when the ConfigMap does, so the pods restart with its new content
-// (kube-proxy reads its files once).
-func configHash(cm *corev1.ConfigMap) string {
-	h := sha256.New()
-	for _, k := range []string{KeyKubeProxyConfig, KeyKubeProxyKubeconfig} {
-		fmt.Fprintf(h, "%s=%d:%s", k, len(cm.Data[k]), cm.Data[k])
-	}
-	return hex.EncodeToString(h.Sum(nil))[:16]
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"maps"
 	"slices"
 
@@ -134,12 +135,25 @@ func InClusterEndpoint(vc *v1alpha1.VirtualCluster) string {
 func ContentHash(secrets ...*corev1.Secret) string {
 	h := sha256.New()
 	for _, s := range secrets {
-		for _, k := range slices.Sorted(maps.Keys(s.Data)) {
-			fmt.Fprintf(h, "%s/%s=%d:", s.Name, k, len(s.Data[k]))
-			h.Write(s.Data[k])
-		}
+		hashData(h, s.Name, s.Data)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// ConfigMapHash is ContentHash for what a ConfigMap holds.
+func ConfigMapHash(cm *corev1.ConfigMap) string {
+	h := sha256.New()
+	hashData(h, cm.Name, cm.Data)
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// hashData writes the object name's data to h, key by key in order, each with its length so
+// that no two contents write the same bytes.
+func hashData[V ~string | ~[]byte](h hash.Hash, name string, data map[string]V) {
+	for _, k := range slices.Sorted(maps.Keys(data)) {
+		fmt.Fprintf(h, "%s/%s=%d:", name, k, len(data[k]))
+		h.Write([]byte(data[k]))
+	}
 }
 
 func kubeconfigFor(vc *v1alpha1.VirtualCluster, a *Authorities, l Leaves, leaf Leaf, server string) ([]byte, error) {

@@ -1,6 +1,6 @@
 // Package crdinstall installs CustomResourceDefinitions from YAML files, for the test
 // harnesses (KubeNest's own CRDs in testenv, cert-manager's in testcertmanager): create or
-// update each, then wait until the API server serves it.
+// update each, then wait until the API server serves it and lists it in discovery.
 package crdinstall
 
 import (
@@ -60,6 +60,29 @@ func Install(ctx context.Context, cfg *rest.Config, files ...string) error {
 		})
 		if err != nil {
 			return fmt.Errorf("CRD %s not established: %w", crd.Name, err)
+		}
+		// Established does not mean discovery lists it yet, and clients map kinds to
+		// resources through discovery: wait for every served version to be listed.
+		for _, v := range crd.Spec.Versions {
+			if !v.Served {
+				continue
+			}
+			gv := crd.Spec.Group + "/" + v.Name
+			err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				list, err := client.Discovery().ServerResourcesForGroupVersion(gv)
+				if err != nil {
+					return false, nil // not discoverable yet
+				}
+				for _, r := range list.APIResources {
+					if r.Name == crd.Spec.Names.Plural {
+						return true, nil
+					}
+				}
+				return false, nil
+			})
+			if err != nil {
+				return fmt.Errorf("CRD %s: %s not in discovery: %w", crd.Name, gv, err)
+			}
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -64,7 +65,8 @@ func waitFirst(cmd *cobra.Command, flag string, wait func(ctx context.Context, v
 // waitForEtcd waits until one of the --etcd-servers accepts a TCP connection. The apiserver's
 // etcd client backs off between failed connection attempts (1 s, 1.6 s, 2.6 s, ...): started
 // before etcd listens, as it is when a tenant is created, the apiserver would find etcd seconds
-// after it is up. Polling here every 100 ms costs nothing and starts it as soon as etcd is.
+// after it is up. Polling here every 100 ms, every server at once (one whose address is not
+// routed yet must not hold up one that is), starts it as soon as etcd is.
 func waitForEtcd(ctx context.Context, servers string, timeout time.Duration) error {
 	var addrs []string
 	for _, s := range strings.Split(strings.Trim(servers, "[]"), ",") {
@@ -76,20 +78,12 @@ func waitForEtcd(ctx context.Context, servers string, timeout time.Duration) err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var dialer net.Dialer
 	start, lastLog := time.Now(), time.Now()
 	for {
-		var err error
-		for _, addr := range addrs {
-			attempt, cancelAttempt := context.WithTimeout(ctx, time.Second)
-			var conn net.Conn
-			conn, err = dialer.DialContext(attempt, "tcp", addr)
-			cancelAttempt()
-			if err == nil {
-				conn.Close()
-				klog.InfoS("etcd accepts connections", "server", addr, "waited", time.Since(start).Round(time.Millisecond))
-				return nil
-			}
+		addr, err := dialAny(ctx, addrs, time.Second)
+		if err == nil {
+			klog.InfoS("etcd accepts connections", "server", addr, "waited", time.Since(start).Round(time.Millisecond))
+			return nil
 		}
 		if time.Since(lastLog) > 10*time.Second {
 			klog.InfoS("waiting for etcd", "servers", addrs, "err", err)
@@ -101,6 +95,37 @@ func waitForEtcd(ctx context.Context, servers string, timeout time.Duration) err
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// dialAny dials every address at once and returns the first that accepts a TCP connection,
+// or, when none does within timeout, the errors.
+func dialAny(ctx context.Context, addrs []string, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type result struct {
+		addr string
+		err  error
+	}
+	results := make(chan result, len(addrs))
+	var dialer net.Dialer
+	for _, addr := range addrs {
+		go func() {
+			conn, err := dialer.DialContext(ctx, "tcp", addr)
+			if err == nil {
+				conn.Close()
+			}
+			results <- result{addr, err}
+		}()
+	}
+	var errs []error
+	for range addrs {
+		r := <-results
+		if r.err == nil {
+			return r.addr, nil
+		}
+		errs = append(errs, r.err)
+	}
+	return "", errors.Join(errs...)
 }
 
 func waitForAPIServer(ctx context.Context, kubeconfig string, timeout time.Duration) error {

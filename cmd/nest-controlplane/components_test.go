@@ -29,6 +29,22 @@ func TestWaitForEtcd(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("a server that does not answer does not hold up one that listens", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		// 192.0.2.1 (TEST-NET-1) is routed nowhere: a dial to it hangs until its timeout, as
+		// one to a Service address the node's kube-proxy has not programmed yet may.
+		start := time.Now()
+		if err := waitForEtcd(context.Background(), "https://192.0.2.1:2379,https://"+l.Addr().String(), 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Errorf("waited %s for a server that listened from the start", d)
+		}
+	})
 	t.Run("gives up after the timeout, naming the servers", func(t *testing.T) {
 		err := waitForEtcd(context.Background(), "https://"+closedAddr, 300*time.Millisecond)
 		if err == nil || !strings.Contains(err.Error(), closedAddr) {

@@ -56,12 +56,11 @@ func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) 
 		replicas = 1
 	}
 	sts := names.EtcdStatefulSet()
-	peerDomain := fmt.Sprintf("%s.%s.svc", names.EtcdPeerService(), vc.Namespace)
 	var members []string
 	for i := range replicas {
-		members = append(members, fmt.Sprintf("%s-%d=https://%s-%d.%s:%d", sts, i, sts, i, peerDomain, EtcdPeerPort))
+		members = append(members, fmt.Sprintf("%s-%d=https://%s:%d", sts, i, etcdMemberHost(vc, i), EtcdPeerPort))
 	}
-	self := "$(POD_NAME)." + peerDomain
+	self := fmt.Sprintf("$(POD_NAME).%s.%s.svc", names.EtcdPeerService(), vc.Namespace)
 	pki := func(file string) string { return EtcdPKIDir + "/" + file }
 	flags := map[string]string{
 		"name":                        "$(POD_NAME)",
@@ -404,9 +403,27 @@ func etcdQuota(st v1alpha1.EtcdStorage) int64 {
 	return size.Value() * 4 / 5
 }
 
+// etcdMemberHost is the DNS name of etcd member i: its pod's name under the peer Service.
+func etcdMemberHost(vc *v1alpha1.VirtualCluster, i int32) string {
+	names := naming.For(vc.Name)
+	return fmt.Sprintf("%s-%d.%s.%s.svc", names.EtcdStatefulSet(), i, names.EtcdPeerService(), vc.Namespace)
+}
+
+// etcdServers is the apiserver's --etcd-servers: the client Service, then each member by name.
+// The Service stays right as members move; a member's name resolves as soon as its pod has an
+// address, about a second before the host's kube-proxy routes the Service to it, which is
+// what a new tenant's apiserver waits for (the etcd client uses whichever answers).
+func etcdServers(vc *v1alpha1.VirtualCluster) string {
+	names := naming.For(vc.Name)
+	servers := []string{fmt.Sprintf("https://%s.%s.svc:%d", names.EtcdClientService(), vc.Namespace, EtcdClientPort)}
+	for i := range max(vc.Spec.Etcd.Replicas, 1) {
+		servers = append(servers, fmt.Sprintf("https://%s:%d", etcdMemberHost(vc, i), EtcdClientPort))
+	}
+	return strings.Join(servers, ",")
+}
+
 // apiServerFlags are the kube-apiserver's flags.
 func apiServerFlags(vc *v1alpha1.VirtualCluster, s Settings) Flags {
-	names := naming.For(vc.Name)
 	return Flags{
 		Owned: map[string]string{
 			"advertise-address":                  "$(POD_IP)",
@@ -420,7 +437,7 @@ func apiServerFlags(vc *v1alpha1.VirtualCluster, s Settings) Flags {
 			"etcd-cafile":                        pkiPath(KeyEtcdCACert),
 			"etcd-certfile":                      pkiPath(LeafAPIServerEtcdClient.CertFile()),
 			"etcd-keyfile":                       pkiPath(LeafAPIServerEtcdClient.KeyFile()),
-			"etcd-servers":                       fmt.Sprintf("https://%s.%s.svc:%d", names.EtcdClientService(), vc.Namespace, EtcdClientPort),
+			"etcd-servers":                       etcdServers(vc),
 			"kubelet-client-certificate":         pkiPath(LeafAPIServerKubeletClient.CertFile()),
 			"kubelet-client-key":                 pkiPath(LeafAPIServerKubeletClient.KeyFile()),
 			"proxy-client-cert-file":             pkiPath(LeafFrontProxyClient.CertFile()),

@@ -311,7 +311,7 @@ func TestControlPlaneDeploymentContainers(t *testing.T) {
 		{
 			container: controlplane.ContainerAPIServer, command: "apiserver",
 			want: map[string]string{
-				"etcd-servers":             "https://tenant-etcd.tenants.svc:2379",
+				"etcd-servers":             "https://tenant-etcd.tenants.svc:2379,https://tenant-etcd-0.tenant-etcd-peer.tenants.svc:2379",
 				"secure-port":              "6443",
 				"service-cluster-ip-range": "10.254.0.0/16",
 				"client-ca-file":           controlplane.PKIDir + "/client-ca.crt",

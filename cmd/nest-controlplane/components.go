@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -30,76 +26,7 @@ import (
 const apiServerWait = 10 * time.Minute
 
 func newAPIServerCommand() *cobra.Command {
-	return collectLessWhileStarting(waitFirst(apiserver.NewAPIServerCommand(), "etcd-servers", waitForEtcd))
-}
-
-// startGCPercent is the apiserver's GOGC until it is ready. Starting, it allocates much and
-// keeps little (its OpenAPI specs and API tables are built from many temporaries): at the
-// GOGC=50 the operator sets for an idle apiserver's sake, garbage collection took 1 of its
-// 2.5 CPU-seconds to /readyz; at 400, 1.5 CPU-seconds in all, and /readyz 0.5 s sooner
-// (measured standalone on the 2-core machine of BENCHMARKS.md).
-const startGCPercent = 400
-
-// collectLessWhileStarting runs the apiserver with GOGC=startGCPercent until its /readyz on
-// loopback answers ok, then sets the GOGC it was given back and returns the start-up garbage
-// to the system at once.
-func collectLessWhileStarting(cmd *cobra.Command) *cobra.Command {
-	run := cmd.RunE
-	cmd.RunE = func(c *cobra.Command, args []string) error {
-		port := "6443"
-		if f := c.Flags().Lookup("secure-port"); f != nil {
-			port = f.Value.String()
-		}
-		given := debug.SetGCPercent(startGCPercent)
-		if given < 0 || given >= startGCPercent { // GOGC=off, or already collecting less
-			debug.SetGCPercent(given)
-			return run(c, args)
-		}
-		go func() {
-			err := waitForReadyz(context.Background(), "https://"+net.JoinHostPort("127.0.0.1", port)+"/readyz", apiServerWait)
-			debug.SetGCPercent(given)
-			debug.FreeOSMemory()
-			klog.InfoS("garbage collection back to the given GOGC", "GOGC", given, "readyz", errString(err))
-		}()
-		return run(c, args)
-	}
-	return cmd
-}
-
-// waitForReadyz polls a /readyz URL until it answers ok. The answer only times a change of
-// garbage collection, so the server's certificate is not checked.
-func waitForReadyz(ctx context.Context, url string, timeout time.Duration) error {
-	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a timing signal, see above
-	}}
-	defer client.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		if resp, err := client.Do(req); err == nil {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && string(body) == "ok" {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ok after %s", url, timeout)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-func errString(err error) string {
-	if err == nil {
-		return "ok"
-	}
-	return err.Error()
+	return waitFirst(apiserver.NewAPIServerCommand(), "etcd-servers", waitForEtcd)
 }
 
 // The controller-manager and the scheduler wait until the apiserver their --kubeconfig points

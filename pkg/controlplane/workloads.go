@@ -51,16 +51,13 @@ const (
 func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) *appsv1.StatefulSet {
 	names := naming.For(vc.Name)
 	spec := vc.Spec.Etcd
-	replicas := spec.Replicas
-	if replicas == 0 {
-		replicas = 1
-	}
-	sts := names.EtcdStatefulSet()
+	replicas := etcdMembers(vc)
 	var members []string
 	for i := range replicas {
-		members = append(members, fmt.Sprintf("%s-%d=https://%s:%d", sts, i, etcdMemberHost(vc, i), EtcdPeerPort))
+		pod := etcdMemberPod(vc, i)
+		members = append(members, fmt.Sprintf("%s=https://%s:%d", pod, etcdMemberHost(vc, pod), EtcdPeerPort))
 	}
-	self := fmt.Sprintf("$(POD_NAME).%s.%s.svc", names.EtcdPeerService(), vc.Namespace)
+	self := etcdMemberHost(vc, "$(POD_NAME)")
 	pki := func(file string) string { return EtcdPKIDir + "/" + file }
 	flags := map[string]string{
 		"name":                        "$(POD_NAME)",
@@ -135,7 +132,7 @@ func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) 
 	labels := names.Labels(naming.ComponentEtcd)
 	return &appsv1.StatefulSet{
 		TypeMeta:   typeMeta("apps/v1", "StatefulSet"),
-		ObjectMeta: objectMeta(vc, sts, naming.ComponentEtcd),
+		ObjectMeta: objectMeta(vc, names.EtcdStatefulSet(), naming.ComponentEtcd),
 		Spec: appsv1.StatefulSetSpec{
 			Replicas:    ptr.To(replicas),
 			ServiceName: names.EtcdPeerService(),
@@ -403,10 +400,18 @@ func etcdQuota(st v1alpha1.EtcdStorage) int64 {
 	return size.Value() * 4 / 5
 }
 
-// etcdMemberHost is the DNS name of etcd member i: its pod's name under the peer Service.
-func etcdMemberHost(vc *v1alpha1.VirtualCluster, i int32) string {
-	names := naming.For(vc.Name)
-	return fmt.Sprintf("%s-%d.%s.%s.svc", names.EtcdStatefulSet(), i, names.EtcdPeerService(), vc.Namespace)
+// etcdMembers is how many members the tenant's etcd has: spec.etcd.replicas, 1 when unset.
+func etcdMembers(vc *v1alpha1.VirtualCluster) int32 { return max(vc.Spec.Etcd.Replicas, 1) }
+
+// etcdMemberPod is the name of etcd member i's pod (and of the member).
+func etcdMemberPod(vc *v1alpha1.VirtualCluster, i int32) string {
+	return fmt.Sprintf("%s-%d", naming.For(vc.Name).EtcdStatefulSet(), i)
+}
+
+// etcdMemberHost is the DNS name of the etcd member in pod: the pod's name under the peer
+// Service.
+func etcdMemberHost(vc *v1alpha1.VirtualCluster, pod string) string {
+	return fmt.Sprintf("%s.%s.%s.svc", pod, naming.For(vc.Name).EtcdPeerService(), vc.Namespace)
 }
 
 // etcdServers is the apiserver's --etcd-servers: the client Service, then each member by name.
@@ -416,8 +421,8 @@ func etcdMemberHost(vc *v1alpha1.VirtualCluster, i int32) string {
 func etcdServers(vc *v1alpha1.VirtualCluster) string {
 	names := naming.For(vc.Name)
 	servers := []string{fmt.Sprintf("https://%s.%s.svc:%d", names.EtcdClientService(), vc.Namespace, EtcdClientPort)}
-	for i := range max(vc.Spec.Etcd.Replicas, 1) {
-		servers = append(servers, fmt.Sprintf("https://%s:%d", etcdMemberHost(vc, i), EtcdClientPort))
+	for i := range etcdMembers(vc) {
+		servers = append(servers, fmt.Sprintf("https://%s:%d", etcdMemberHost(vc, etcdMemberPod(vc, i)), EtcdClientPort))
 	}
 	return strings.Join(servers, ",")
 }

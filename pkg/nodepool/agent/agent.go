@@ -205,7 +205,7 @@ func (a *Agent) configureTenant(ctx context.Context, target Target) error {
 }
 
 // args are the kubelet's flags for target. In a tenant, the node registers with the label
-// lent nodes carry (added to the labels of the kubelet's other flags, if any).
+// lent nodes carry (v1alpha1.LabelLent).
 func (a *Agent) args(target Target) []string {
 	if target.IsHost() {
 		return a.cfg.HostArgs

@@ -91,12 +91,18 @@ func TestIdleProcessMemory(t *testing.T) {
 			ready := time.Since(tenant.Started)
 			time.Sleep(idle)
 			if dir := os.Getenv("BENCH_PPROF_DIR"); dir != "" && v.apiserver["profiling"] == "true" {
-				heap, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(context.Background())
-				if err != nil {
-					t.Fatalf("heap profile: %v", err)
-				}
-				if err := os.WriteFile(filepath.Join(dir, "apiserver.heap"), heap, 0o644); err != nil {
-					t.Fatal(err)
+				rest := kubernetes.NewForConfigOrDie(cfg).CoreV1().RESTClient()
+				for _, p := range []struct{ file, profile, param, value string }{
+					{"apiserver.heap", "heap", "gc", "1"},
+					{"apiserver.goroutines", "goroutine", "debug", "1"},
+				} {
+					b, err := rest.Get().AbsPath("/debug/pprof/"+p.profile).Param(p.param, p.value).DoRaw(context.Background())
+					if err != nil {
+						t.Fatalf("%s profile: %v", p.profile, err)
+					}
+					if err := os.WriteFile(filepath.Join(dir, p.file), b, 0o644); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 			line := fmt.Sprintf("%-40s ready %5.1fs", v.name, ready.Seconds())

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/pkg/v3/flags"
 	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/klog/v2"
@@ -46,7 +47,7 @@ func parseEtcdFlags(args []string) (*embed.Config, time.Duration, error) {
 	cfg.AddFlags(fs)
 	state := flags.NewSelectiveStringValue(embed.ClusterStateFlagNew, embed.ClusterStateFlagExisting)
 	fs.Var(state, "initial-cluster-state", "Initial cluster state ('new' when bootstrapping a new cluster or 'existing' when adding new members to an existing cluster). After successful initialization (bootstrapping or adding), flag is ignored on restarts.")
-	waitDNS := fs.Duration("wait-for-dns", 2*time.Minute, "How long to wait, before starting, for the host names of --initial-advertise-peer-urls to resolve (a StatefulSet pod's DNS record appears shortly after the pod); 0 does not wait. Not an upstream etcd flag.")
+	waitDNS := fs.Duration("wait-for-dns", 2*time.Minute, "How long a member of a cluster of several waits, before starting, for the host names of --initial-advertise-peer-urls to resolve (a StatefulSet pod's DNS record appears shortly after the pod); 0 does not wait. A lone member never waits: it talks to no peer. Not an upstream etcd flag.")
 	if err := fs.Parse(args); err != nil {
 		return nil, 0, err
 	}
@@ -92,7 +93,11 @@ func parseEtcdFlags(args []string) (*embed.Config, time.Duration, error) {
 }
 
 func runEtcd(ctx context.Context, cfg *embed.Config, waitDNS time.Duration) error {
-	if waitDNS > 0 {
+	// A lone member dials no peer, and etcd compares its advertised and initial-cluster URLs as
+	// strings before it resolves anything: it starts without its name. Waiting for it anyway
+	// cost up to 5 s: a query made before the pod's address is published is answered "no
+	// such name", and DNS caches that answer (the host's CoreDNS for 5 s).
+	if members, _ := types.NewURLsMap(cfg.InitialCluster); waitDNS > 0 && len(members) > 1 {
 		if err := waitForNames(ctx, cfg.AdvertisePeerUrls, waitDNS); err != nil {
 			return err
 		}
@@ -142,7 +147,7 @@ func waitForNames(ctx context.Context, urls []url.URL, timeout time.Duration) er
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("host name %s of --initial-advertise-peer-urls did not resolve within %s: %w", host, timeout, err)
+				return fmt.Errorf("host name %s of --initial-advertise-peer-urls did not resolve after %s: %w", host, time.Since(start).Round(time.Second), err)
 			case <-time.After(200 * time.Millisecond):
 			}
 		}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+)
+
+// A lone member starts at once although its advertised peer name does not resolve (yet): it
+// dials no peer.
+func TestLoneEtcdMemberDoesNotWaitForItsName(t *testing.T) {
+	client, peer := freePort(t), freePort(t)
+	cfg, wait, err := parseEtcdFlags([]string{
+		"--name=m0", "--data-dir=" + t.TempDir(),
+		"--initial-advertise-peer-urls=http://m0.peers.invalid:2380",
+		"--initial-cluster=m0=http://m0.peers.invalid:2380",
+		fmt.Sprintf("--listen-peer-urls=http://127.0.0.1:%d", peer),
+		fmt.Sprintf("--listen-client-urls=http://127.0.0.1:%d", client),
+		fmt.Sprintf("--advertise-client-urls=http://127.0.0.1:%d", client),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wait < time.Minute {
+		t.Fatalf("--wait-for-dns defaults to %s, want minutes", wait)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runEtcd(ctx, cfg, wait) }()
+	stopped := false
+	defer func() {
+		cancel()
+		if err := <-done; !stopped && err != nil {
+			t.Errorf("etcd: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", client))
+		if err == nil {
+			conn.Close()
+			return
+		}
+		select {
+		case err := <-done:
+			stopped = true
+			done <- nil
+			t.Fatalf("etcd stopped: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd does not listen after 20 s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -16,7 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
@@ -24,10 +23,6 @@ import (
 // apiServerWait bounds how long the apiserver waits for etcd, and the controller-manager and
 // scheduler for the apiserver.
 const apiServerWait = 10 * time.Minute
-
-func newAPIServerCommand() *cobra.Command {
-	return waitFirst(apiserver.NewAPIServerCommand(), "etcd-servers", waitForEtcd)
-}
 
 // The controller-manager and the scheduler wait until the apiserver their --kubeconfig points
 // at answers /readyz. Upstream, the controller-manager exits when it starts before the

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/google/uuid"
 	"github.com/spf13/cobra"
@@ -89,7 +90,8 @@ func newAPIServerCommand() *cobra.Command {
 // idle apiserver keeps (about 16 MB of its 78 MB live heap) and a tenant may never ask for it:
 // kubectl and the tenant's own components use OpenAPI v3, which stays as upstream has it.
 func runAPIServer(ctx context.Context, opts options.CompletedOptions) error {
-	klog.InfoS("Version", "version", utilversion.Get())
+	klog.Infof("Version: %+v", utilversion.Get())
+	klog.InfoS("Golang settings", "GOGC", os.Getenv("GOGC"), "GOMAXPROCS", os.Getenv("GOMAXPROCS"), "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"))
 	config, err := apiserver.NewConfig(opts)
 	if err != nil {
 		return err

@@ -717,8 +717,8 @@ func assertSelectsTemplate(t *testing.T, selector, labels map[string]string, com
 }
 
 // Every Go component's runtime knows its memory limit: GOMEMLIMIT is the limit, through the
-// Downward API, so a tenant's own resources set it.
-func TestGoMemoryLimitFollowsLimit(t *testing.T) {
+// Downward API, so a tenant's own resources set it. And each collects at GOGC=50.
+func TestGoRuntimeSettings(t *testing.T) {
 	d := controlPlaneDeployment(t)
 	containers := d.Spec.Template.Spec.Containers
 	containers = append(containers, controlplane.EtcdStatefulSet(newVC(), controlplane.DefaultSettings(), "").Spec.Template.Spec.Containers...)
@@ -727,10 +727,17 @@ func TestGoMemoryLimitFollowsLimit(t *testing.T) {
 			continue
 		}
 		var ref *corev1.ResourceFieldSelector
+		gogc := ""
 		for _, e := range c.Env {
 			if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil {
 				ref = e.ValueFrom.ResourceFieldRef
 			}
+			if e.Name == "GOGC" {
+				gogc = e.Value
+			}
+		}
+		if gogc != "50" {
+			t.Errorf("%s: GOGC=%q, want 50", c.Name, gogc)
 		}
 		if ref == nil || ref.ContainerName != c.Name || ref.Resource != "limits.memory" {
 			t.Errorf("%s: GOMEMLIMIT from %+v, want its own limits.memory", c.Name, ref)

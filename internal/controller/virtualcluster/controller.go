@@ -41,10 +41,6 @@ const (
 	// probeRetryInterval: the control-plane pods are ready, but /readyz through the Service did
 	// not answer yet (the Service's endpoints are still being programmed).
 	probeRetryInterval = time.Second
-	// probeRetryIntervalEarly: the same, in the first seconds after the pods became ready,
-	// when the Service is usually one kube-proxy sync (at most 1 s apart) from working.
-	probeRetryIntervalEarly = 200 * time.Millisecond
-	probeEarlyWindow        = 3 * time.Second
 	// healthCheckInterval: how often a Ready tenant's /readyz is checked again.
 	healthCheckInterval = 2 * time.Minute
 	// deletionRetryInterval: how often deletion checks whether the tenant's objects are gone.
@@ -243,9 +239,6 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		if err != nil {
 			ctrl.LoggerFrom(ctx).V(1).Info("tenant apiserver not reachable yet", "err", err)
 			result.RequeueAfter = probeRetryInterval
-			if since, ok := availableSince(deploy); ok && conds.Now.Sub(since) < probeEarlyWindow {
-				result.RequeueAfter = probeRetryIntervalEarly
-			}
 		} else {
 			vc.Status.Version = version
 			if err := r.setupTenant(ctx, vc, tenant, exposure.ClusterIP, pki.authorities.CABundle()); err != nil {
@@ -346,14 +339,4 @@ func byVirtualClusterLabel() handler.EventHandler {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
 	})
-}
-
-// availableSince is when the Deployment last became Available, if it is.
-func availableSince(d *appsv1.Deployment) (time.Time, bool) {
-	for _, c := range d.Status.Conditions {
-		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue {
-			return c.LastTransitionTime.Time, true
-		}
-	}
-	return time.Time{}, false
 }

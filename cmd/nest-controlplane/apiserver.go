@@ -86,9 +86,10 @@ func newAPIServerCommand() *cobra.Command {
 
 // runAPIServer runs upstream's server chain (aggregator, kube-apiserver, apiextensions) as
 // upstream's app.Run does, except that the kube-apiserver's OpenAPI v2 document is built on
-// its first request rather than before the server starts. Built, it is the largest thing an
-// idle apiserver keeps (about 16 MB of its 78 MB live heap) and a tenant may never ask for it:
-// kubectl and the tenant's own components use OpenAPI v3, which stays as upstream has it.
+// its first request rather than before the server starts. Built at start-up, it cost an idle
+// apiserver 6 MB of its 78 MB live heap and 0.2 CPU-seconds of its start, and a tenant may
+// never ask for it: kubectl and the tenant's own components use OpenAPI v3, which stays as
+// upstream has it.
 func runAPIServer(ctx context.Context, opts options.CompletedOptions) error {
 	klog.Infof("Version: %+v", utilversion.Get())
 	klog.InfoS("Golang settings", "GOGC", os.Getenv("GOGC"), "GOMAXPROCS", os.Getenv("GOMAXPROCS"), "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"))

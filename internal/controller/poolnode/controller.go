@@ -171,6 +171,12 @@ func (r *Reconciler) reconcileNode(ctx context.Context, pn *v1alpha1.PoolNode, n
 			conds.Set(v1alpha1.PoolNodeConditionDrained, false, "Evicting", fmt.Sprintf("%d pods left to evict%s", remaining, withWhy(why)))
 			return reconcile.Result{RequeueAfter: drainRetryInterval}, false, nil
 		}
+		// Claimed by a new tenant as soon as its agent said "home", the node may not have been
+		// seen home here: forget the tenant it served before, as coming home does, before its
+		// join Secret is rewritten for the new one.
+		if err := r.forgetTenant(ctx, pn.Name, vc.UID); err != nil {
+			return reconcile.Result{}, false, err
+		}
 		name, err := r.ensureJoinSecret(ctx, pn, vc)
 		if err != nil {
 			return reconcile.Result{}, true, err
@@ -213,7 +219,7 @@ func (r *Reconciler) reconcileNode(ctx context.Context, pn *v1alpha1.PoolNode, n
 
 	default:
 		// Home: forget the tenant, and let the host schedule onto the node again.
-		if err := r.forgetTenant(ctx, pn.Name); err != nil {
+		if err := r.forgetTenant(ctx, pn.Name, ""); err != nil {
 			return reconcile.Result{}, false, err
 		}
 		if node != nil {

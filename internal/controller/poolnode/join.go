@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -122,8 +123,9 @@ func (r *Reconciler) nodeEndpoint(ctx context.Context, vc *v1alpha1.VirtualClust
 }
 
 // forgetTenant, once a returned node's kubelet serves the host again, removes the node from
-// the tenant it served (read from its join Secret) and deletes the join Secret.
-func (r *Reconciler) forgetTenant(ctx context.Context, node string) error {
+// the tenant it served (read from its join Secret) and deletes the join Secret. A join Secret
+// for the tenant keep stays.
+func (r *Reconciler) forgetTenant(ctx context.Context, node string, keep types.UID) error {
 	join := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: nodepool.JoinSecretName(node)}, join)
 	if apierrors.IsNotFound(err) {
@@ -131,6 +133,9 @@ func (r *Reconciler) forgetTenant(ctx context.Context, node string) error {
 	}
 	if err != nil {
 		return err
+	}
+	if keep != "" && string(join.Data[nodepool.JoinKeyTenantUID]) == string(keep) {
+		return nil
 	}
 	ns, name, _ := strings.Cut(string(join.Data[nodepool.JoinKeyTenant]), "/")
 	vc := &v1alpha1.VirtualCluster{}

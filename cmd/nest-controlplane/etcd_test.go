@@ -6,12 +6,14 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/kubenest-io/kubenest/internal/testtenant"
 )
 
 // A lone member starts at once although its advertised peer name does not resolve (yet): it
 // dials no peer.
 func TestLoneEtcdMemberDoesNotWaitForItsName(t *testing.T) {
-	client, peer := freePort(t), freePort(t)
+	client, peer := testtenant.FreePort(t), testtenant.FreePort(t)
 	cfg, wait, err := parseEtcdFlags([]string{
 		"--name=m0", "--data-dir=" + t.TempDir(),
 		"--initial-advertise-peer-urls=http://m0.peers.invalid:2380",
@@ -55,13 +57,4 @@ func TestLoneEtcdMemberDoesNotWaitForItsName(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

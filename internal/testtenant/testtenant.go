@@ -84,7 +84,7 @@ func RunStandalone(t *testing.T, bin string, vc *v1alpha1.VirtualCluster) (*Tena
 func Run(t *testing.T, bin string, vc *v1alpha1.VirtualCluster, settings controlplane.Settings, etcdSecret, cpSecret, signerSecret *corev1.Secret) *Tenant {
 	t.Helper()
 	etcdDir, cpDir, signerDir := writeSecret(t, etcdSecret), writeSecret(t, cpSecret), writeSecret(t, signerSecret)
-	apiPort, etcdPort, peerPort := freePort(t), freePort(t), freePort(t)
+	apiPort, etcdPort, peerPort := FreePort(t), FreePort(t), FreePort(t)
 	member := vc.Name + "-etcd-0"
 	sts := controlplane.EtcdStatefulSet(vc, settings, "")
 	etcdArgs := override(sts.Spec.Template.Spec.Containers[0].Args, controlplane.EtcdPKIDir, etcdDir, map[string]string{
@@ -95,7 +95,7 @@ func Run(t *testing.T, bin string, vc *v1alpha1.VirtualCluster, settings control
 		"listen-peer-urls":            fmt.Sprintf("https://127.0.0.1:%d", peerPort),
 		"initial-advertise-peer-urls": fmt.Sprintf("https://127.0.0.1:%d", peerPort),
 		"initial-cluster":             fmt.Sprintf("%s=https://127.0.0.1:%d", member, peerPort),
-		"listen-metrics-urls":         fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+		"listen-metrics-urls":         fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)),
 	})
 	deploy, err := controlplane.ControlPlaneDeployment(vc, settings, "")
 	if err != nil {
@@ -118,11 +118,11 @@ func Run(t *testing.T, bin string, vc *v1alpha1.VirtualCluster, settings control
 		retarget(t, filepath.Join(cpDir, f), fmt.Sprintf("https://127.0.0.1:%d", apiPort))
 	}
 	kcmArgs := override(containers[controlplane.ContainerControllerManager], controlplane.PKIDir, cpDir, map[string]string{
-		"bind-address": "127.0.0.1", "secure-port": strconv.Itoa(freePort(t)),
+		"bind-address": "127.0.0.1", "secure-port": strconv.Itoa(FreePort(t)),
 	})
 	kcmArgs = override(kcmArgs, controlplane.KubeletSignerDir, signerDir, nil)
 	schedArgs := override(containers[controlplane.ContainerScheduler], controlplane.PKIDir, cpDir, map[string]string{
-		"bind-address": "127.0.0.1", "secure-port": strconv.Itoa(freePort(t)),
+		"bind-address": "127.0.0.1", "secure-port": strconv.Itoa(FreePort(t)),
 	})
 	tn := &Tenant{APIServerAddress: fmt.Sprintf("127.0.0.1:%d", apiPort), Started: time.Now()}
 	tn.Processes = []*Process{
@@ -209,7 +209,8 @@ func retarget(t *testing.T, path, server string) {
 	}
 }
 
-func freePort(t *testing.T) int {
+// FreePort is a TCP port of 127.0.0.1 that nothing listened on a moment ago.
+func FreePort(t *testing.T) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -37,6 +39,17 @@ type Tenant struct {
 	Started time.Time
 	// Processes are etcd, apiserver, controller-manager and scheduler, in that order.
 	Processes []*Process
+}
+
+// VirtualCluster is a tenant in namespace "tenants" with one etcd member on an emptyDir: what
+// the standalone runs use.
+func VirtualCluster(name string, uid types.UID) *v1alpha1.VirtualCluster {
+	return &v1alpha1.VirtualCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "tenants", UID: uid},
+		Spec: v1alpha1.VirtualClusterSpec{
+			Etcd: v1alpha1.EtcdSpec{Replicas: 1, Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
+		},
+	}
 }
 
 // RunStandalone issues vc's certificates as the operator does, with the default settings, and

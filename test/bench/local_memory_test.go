@@ -13,12 +13,9 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/testtenant"
 )
 
@@ -70,12 +67,7 @@ func TestIdleProcessMemory(t *testing.T) {
 			for k, val := range v.env {
 				t.Setenv(k, val) // the processes inherit this test's environment
 			}
-			vc := &v1alpha1.VirtualCluster{
-				ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "tenants", UID: types.UID("6b1f7a52-0000-4000-8000-0000000000b1")},
-				Spec: v1alpha1.VirtualClusterSpec{
-					Etcd: v1alpha1.EtcdSpec{Replicas: 1, Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
-				},
-			}
+			vc := testtenant.VirtualCluster("bench", "6b1f7a52-0000-4000-8000-0000000000b1")
 			vc.Spec.ControlPlane.APIServer.ExtraArgs = v.apiserver
 			vc.Spec.ControlPlane.ControllerManager.ExtraArgs = v.kcm
 			tenant, cfgBytes := testtenant.RunStandalone(t, bin, vc)

@@ -8,12 +8,9 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/testtenant"
 )
 
@@ -25,13 +22,7 @@ import (
 //	go test -tags benchlocal -run TestStartupChecks -v ./test/bench/
 func TestStartupChecks(t *testing.T) {
 	bin := testtenant.Binary(t)
-	vc := &v1alpha1.VirtualCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "bench", Namespace: "tenants", UID: types.UID("6b1f7a52-0000-4000-8000-0000000000b2")},
-		Spec: v1alpha1.VirtualClusterSpec{
-			Etcd: v1alpha1.EtcdSpec{Replicas: 1, Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
-		},
-	}
-	tenant, cfgBytes := testtenant.RunStandalone(t, bin, vc)
+	tenant, cfgBytes := testtenant.RunStandalone(t, bin, testtenant.VirtualCluster("bench", "6b1f7a52-0000-4000-8000-0000000000b2"))
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(cfgBytes)
 	if err != nil {
 		t.Fatal(err)

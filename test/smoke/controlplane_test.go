@@ -11,24 +11,17 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/testtenant"
 )
 
 func TestControlPlaneProcesses(t *testing.T) {
 	bin := testtenant.Binary(t)
-	vc := &v1alpha1.VirtualCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "smoke", Namespace: "tenants", UID: types.UID("6b1f7a52-0000-4000-8000-000000000001")},
-		Spec: v1alpha1.VirtualClusterSpec{
-			Etcd: v1alpha1.EtcdSpec{Replicas: 1, Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
-		},
-	}
+	vc := testtenant.VirtualCluster("smoke", "6b1f7a52-0000-4000-8000-000000000001")
 	// The operator's material (authorities, leaves, the Secrets the pods mount) and the admin
 	// kubeconfig, as the operator writes it, for this machine's endpoint.
 	tenant, admin := testtenant.RunStandalone(t, bin, vc)

@@ -29,32 +29,26 @@ func TestLoneEtcdMemberDoesNotWaitForItsName(t *testing.T) {
 		t.Fatalf("--wait-for-dns defaults to %s, want minutes", wait)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- runEtcd(ctx, cfg, wait) }()
-	stopped := false
-	defer func() {
-		cancel()
-		if err := <-done; !stopped && err != nil {
-			t.Errorf("etcd: %v", err)
-		}
-	}()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.After(20 * time.Second)
 	for {
 		conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", client))
 		if err == nil {
 			conn.Close()
-			return
+			break
 		}
 		select {
 		case err := <-done:
-			stopped = true
-			done <- nil
 			t.Fatalf("etcd stopped: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
+		case <-deadline:
 			t.Fatalf("etcd does not listen after 20 s: %v", err)
+		case <-time.After(50 * time.Millisecond):
 		}
-		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("etcd: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ package smoke
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +37,18 @@ func TestControlPlaneProcesses(t *testing.T) {
 		t.Fatalf("tenant apiserver not ready: %v", err)
 	}
 	readyAfter := time.Since(tenant.Started)
+
+	// What the apiserver creates for itself when it starts (bootstrap.go).
+	if _, err := client.RbacV1().ClusterRoles().Get(ctx, "system:controller:deployment-controller", metav1.GetOptions{}); err != nil {
+		t.Errorf("bootstrap ClusterRole: %v", err)
+	}
+	if _, err := client.RbacV1().RoleBindings("kube-system").Get(ctx, "system:controller:bootstrap-signer", metav1.GetOptions{}); err != nil {
+		t.Errorf("bootstrap RoleBinding: %v", err)
+	}
+	if _, err := client.SchedulingV1().PriorityClasses().Get(ctx, "system-node-critical", metav1.GetOptions{}); err != nil {
+		t.Errorf("system PriorityClass: %v", err)
+	}
+	checkOpenAPI(ctx, t, client)
 
 	// Use the tenant as a tenant would.
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, metav1.CreateOptions{}); err != nil {
@@ -84,4 +97,42 @@ func TestControlPlaneProcesses(t *testing.T) {
 	}
 	t.Logf("RSS total              %4d MiB", total/1024)
 	t.Logf("process start to /readyz: %s", readyAfter.Round(10*time.Millisecond))
+}
+
+// checkOpenAPI reads the tenant's OpenAPI documents as kubectl does (openapi.go builds them on
+// the first request): the v3 index through the aggregator, a group-version's document from
+// the URL the index gives, and v2.
+func checkOpenAPI(ctx context.Context, t *testing.T, client kubernetes.Interface) {
+	paths, err := client.Discovery().OpenAPIV3().Paths()
+	if err != nil {
+		t.Fatalf("OpenAPI v3 index: %v", err)
+	}
+	for _, gv := range []string{"api/v1", "apis/apps/v1", "apis/apiextensions.k8s.io/v1", "apis/apiregistration.k8s.io/v1"} {
+		if _, ok := paths[gv]; !ok {
+			t.Errorf("OpenAPI v3 index has no %s", gv)
+		}
+	}
+	for gv, kind := range map[string]string{"apis/apps/v1": "io.k8s.api.apps.v1.Deployment", "api/v1": "io.k8s.api.core.v1.Pod"} {
+		for _, contentType := range []string{"application/json", "application/com.github.proto-openapi.spec.v3@v1.0+protobuf"} {
+			doc, err := paths[gv].Schema(contentType)
+			if err != nil {
+				t.Fatalf("OpenAPI v3 %s as %s: %v", gv, contentType, err)
+			}
+			if !strings.Contains(string(doc), kind) {
+				t.Errorf("OpenAPI v3 %s as %s (%d bytes) does not describe %s", gv, contentType, len(doc), kind)
+			}
+		}
+	}
+	// A document asked for under a hash this server did not give is found at the current one.
+	body, err := client.Discovery().RESTClient().Get().AbsPath("/openapi/v3/apis/apps/v1").Param("hash", "0123").DoRaw(ctx)
+	if err != nil || !strings.Contains(string(body), "io.k8s.api.apps.v1.Deployment") {
+		t.Errorf("OpenAPI v3 apps/v1 under an old hash: %v (%d bytes)", err, len(body))
+	}
+	v2, err := client.Discovery().OpenAPISchema()
+	if err != nil {
+		t.Fatalf("OpenAPI v2: %v", err)
+	}
+	if len(v2.GetDefinitions().GetAdditionalProperties()) < 100 {
+		t.Errorf("OpenAPI v2 has %d definitions", len(v2.GetDefinitions().GetAdditionalProperties()))
+	}
 }

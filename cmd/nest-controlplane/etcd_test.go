@@ -28,6 +28,10 @@ func TestLoneEtcdMemberDoesNotWaitForItsName(t *testing.T) {
 	if wait < time.Minute {
 		t.Fatalf("--wait-for-dns defaults to %s, want minutes", wait)
 	}
+	// etcd's own default, not 0 (which logs every request as expensive).
+	if cfg.WarningUnaryRequestDuration != 300*time.Millisecond {
+		t.Errorf("--warning-unary-request-duration defaults to %s, want etcd's 300ms", cfg.WarningUnaryRequestDuration)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

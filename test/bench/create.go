@@ -27,6 +27,7 @@ func createReady(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	fs := flag.NewFlagSet("create", flag.ExitOnError)
 	count := fs.Int("count", 10, "VirtualClusters per series")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long one VirtualCluster may take to be Ready")
+	settle := fs.Duration("settle", 5*time.Second, "after a tenant is deleted, how long the host gets to finish tearing it down (containers, network, kube-proxy rules) before the next creation")
 	var extra componentArgs
 	extra.register(fs)
 	_ = fs.Parse(args)
@@ -47,11 +48,11 @@ func createReady(ctx context.Context, e *env, args []string) ([]Figure, error) {
 		concurrent bool
 	}{{"sequential", false}, {"concurrent", true}} {
 		fmt.Printf("creating %d VirtualClusters, %s...\n", *count, series.name)
-		runs, err := createSeries(ctx, e, t, ns, series.name[:3], *count, series.concurrent, *timeout, &extra)
+		runs, err := createSeries(ctx, e, t, ns, series.name[:3], *count, series.concurrent, *timeout, *settle, &extra)
 		if err != nil {
 			return nil, err
 		}
-		method := fmt.Sprintf("%d VirtualClusters (NodePort, 1 etcd member on emptyDir) created %s; from the create call to the step first seen by a watch of the host (conditions of the VirtualCluster; its etcd and control-plane pods); the first kubectl call is the first successful namespace list with the kubeconfig Secret, retried every 50 ms%s", *count, map[bool]string{false: "one after another, each alone on the host", true: "at once"}[series.concurrent], extra.String())
+		method := fmt.Sprintf("%d VirtualClusters (NodePort, 1 etcd member on emptyDir) created %s (the tenants before deleted and %s given to the host to finish tearing them down); from the create call to the step first seen by a watch of the host (conditions of the VirtualCluster; its etcd and control-plane pods); the first kubectl call is the first successful namespace list with the kubeconfig Secret, retried every 50 ms%s", *count, map[bool]string{false: "one after another, each alone on the host", true: "at once"}[series.concurrent], *settle, extra.String())
 		for _, s := range steps {
 			var ds []time.Duration
 			for _, r := range runs {
@@ -68,7 +69,11 @@ func createReady(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	return figures, nil
 }
 
-func createSeries(ctx context.Context, e *env, t *tracker, ns, prefix string, count int, concurrent bool, timeout time.Duration, extra *componentArgs) ([]readyRun, error) {
+func createSeries(ctx context.Context, e *env, t *tracker, ns, prefix string, count int, concurrent bool, timeout, settle time.Duration, extra *componentArgs) ([]readyRun, error) {
+	// The deleted tenants' pods are gone from the API before their containers and network are.
+	if err := sleep(ctx, settle); err != nil {
+		return nil, err
+	}
 	runs := make([]readyRun, count)
 	errs := make([]error, count)
 	var wg sync.WaitGroup
@@ -85,6 +90,11 @@ func createSeries(ctx context.Context, e *env, t *tracker, ns, prefix string, co
 		// Each tenant of the sequential series has the host to itself: the one before goes first.
 		deleteTenants(e, ns, name)
 		fmt.Printf("  %s Ready in %.1fs\n", name, runs[i].at[stepReady].Seconds())
+		if i < count-1 {
+			if errs[i] = sleep(ctx, settle); errs[i] != nil {
+				break
+			}
+		}
 	}
 	wg.Wait()
 	// The tenants go before the next series starts, so each series has the host to itself.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -60,21 +61,19 @@ func installLazyOpenAPIV2(s *genericapiserver.GenericAPIServer, config *common.C
 type lazyOpenAPIV3 struct {
 	etag   string
 	config *common.OpenAPIV3Config
-	groups func() (map[string]*lazyGroupVersion, []byte) // by group-version; the index
-}
-
-type lazyGroupVersion struct {
-	build func() *handler3.OpenAPIService
+	// groups gives, by group-version, what builds (once) the service of its document, and
+	// the index; both made on the first request, when every route is installed.
+	groups func() (map[string]func() *handler3.OpenAPIService, []byte)
 }
 
 func installLazyOpenAPIV3(s *genericapiserver.GenericAPIServer, config *common.OpenAPIV3Config) {
 	l := &lazyOpenAPIV3{etag: strings.ReplaceAll(uuid.NewString(), "-", ""), config: config}
-	l.groups = sync.OnceValues(func() (map[string]*lazyGroupVersion, []byte) {
-		groups := map[string]*lazyGroupVersion{}
+	l.groups = sync.OnceValues(func() (map[string]func() *handler3.OpenAPIService, []byte) {
+		groups := map[string]func() *handler3.OpenAPIService{}
 		index := handler3.OpenAPIV3Discovery{Paths: map[string]handler3.OpenAPIV3DiscoveryGroupVersion{}}
 		for _, ws := range s.Handler.GoRestfulContainer.RegisteredWebServices() {
 			gv := strings.TrimPrefix(ws.RootPath(), "/")
-			groups[gv] = &lazyGroupVersion{build: sync.OnceValue(func() *handler3.OpenAPIService { return l.build(gv, ws) })}
+			groups[gv] = sync.OnceValue(func() *handler3.OpenAPIService { return l.build(gv, ws) })
 			index.Paths[gv] = handler3.OpenAPIV3DiscoveryGroupVersion{ServerRelativeURL: l.url(gv)}
 		}
 		j, err := json.Marshal(index)
@@ -95,7 +94,7 @@ func (l *lazyOpenAPIV3) serveIndex(w http.ResponseWriter, r *http.Request) {
 	_, index := l.groups()
 	w.Header().Set("Etag", `"`+l.etag+`"`)
 	w.Header().Set("Content-Type", "application/json")
-	http.ServeContent(w, r, "/openapi/v3", time.Time{}, strings.NewReader(string(index)))
+	http.ServeContent(w, r, "/openapi/v3", time.Time{}, bytes.NewReader(index))
 }
 
 // serveGroupVersion answers as upstream's handler3 does: a request with the current hash may
@@ -103,7 +102,7 @@ func (l *lazyOpenAPIV3) serveIndex(w http.ResponseWriter, r *http.Request) {
 func (l *lazyOpenAPIV3) serveGroupVersion(w http.ResponseWriter, r *http.Request) {
 	groups, _ := l.groups()
 	gv := strings.TrimPrefix(r.URL.Path, "/openapi/v3/")
-	g, ok := groups[gv]
+	build, ok := groups[gv]
 	if !ok {
 		http.NotFound(w, r)
 		return
@@ -118,7 +117,7 @@ func (l *lazyOpenAPIV3) serveGroupVersion(w http.ResponseWriter, r *http.Request
 		r = r.Clone(r.Context())
 		r.URL.RawQuery = "" // the hash is this server's, not the built document's
 	}
-	g.build().HandleGroupVersion(w, r)
+	build().HandleGroupVersion(w, r)
 }
 
 // build builds the document of one group-version, as upstream does for all of them at start.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -108,20 +107,16 @@ func bootstrapRBAC(_ context.Context, client kubernetes.Interface) error {
 			binding(reconciliation.RoleBindingAdapter{RoleBinding: &b}, reconciliation.RoleBindingClientAdapter{Client: rbac, NamespaceClient: namespaces})
 		}
 	}
-	var mu sync.Mutex
-	var errs []error
+	errs := make([]error, len(tasks)) // each task's own, so that none stops the others
 	var g errgroup.Group
 	g.SetLimit(bootstrapParallel)
-	for _, task := range tasks {
+	for i, task := range tasks {
 		g.Go(func() error {
 			// Retried as upstream's hook does: on a conflict, and on the 503 of an apiserver
 			// still updating its storage versions.
-			err := retry.OnError(retry.DefaultBackoff, func(err error) bool {
+			errs[i] = retry.OnError(retry.DefaultBackoff, func(err error) bool {
 				return apierrors.IsConflict(err) || apierrors.IsServiceUnavailable(err)
 			}, task)
-			mu.Lock()
-			errs = append(errs, err)
-			mu.Unlock()
 			return nil
 		})
 	}

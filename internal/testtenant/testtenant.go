@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
@@ -53,9 +54,10 @@ func VirtualCluster(name string, uid types.UID) *v1alpha1.VirtualCluster {
 }
 
 // RunStandalone issues vc's certificates as the operator does, with the default settings, and
-// runs its control plane from them (see Run). It returns the tenant and the admin kubeconfig
-// for where the apiserver listens on this machine.
-func RunStandalone(t *testing.T, bin string, vc *v1alpha1.VirtualCluster) (*Tenant, []byte) {
+// runs its control plane from them (see Run). It returns the tenant and the client config of
+// the admin kubeconfig the operator would write, for where the apiserver listens on this
+// machine.
+func RunStandalone(t *testing.T, bin string, vc *v1alpha1.VirtualCluster) (*Tenant, *rest.Config) {
 	t.Helper()
 	now := time.Now()
 	settings := controlplane.DefaultSettings()
@@ -88,7 +90,11 @@ func RunStandalone(t *testing.T, bin string, vc *v1alpha1.VirtualCluster) (*Tena
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tenant, kc.Data[controlplane.KeyKubeconfig]
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc.Data[controlplane.KeyKubeconfig])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tenant, cfg
 }
 
 // Run starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler for vc from the

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubenest-io/kubenest/internal/testtenant"
 )
@@ -70,11 +69,7 @@ func TestIdleProcessMemory(t *testing.T) {
 			vc := testtenant.VirtualCluster("bench", "6b1f7a52-0000-4000-8000-0000000000b1")
 			vc.Spec.ControlPlane.APIServer.ExtraArgs = v.apiserver
 			vc.Spec.ControlPlane.ControllerManager.ExtraArgs = v.kcm
-			tenant, cfgBytes := testtenant.RunStandalone(t, bin, vc)
-			cfg, err := clientcmd.RESTConfigFromKubeConfig(cfgBytes)
-			if err != nil {
-				t.Fatal(err)
-			}
+			tenant, cfg := testtenant.RunStandalone(t, bin, vc)
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			if err := tenant.WaitReady(ctx, cfg); err != nil {

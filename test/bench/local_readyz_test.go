@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kubenest-io/kubenest/internal/testtenant"
 )
@@ -22,11 +21,7 @@ import (
 //	go test -tags benchlocal -run TestStartupChecks -v ./test/bench/
 func TestStartupChecks(t *testing.T) {
 	bin := testtenant.Binary(t)
-	tenant, cfgBytes := testtenant.RunStandalone(t, bin, testtenant.VirtualCluster("bench", "6b1f7a52-0000-4000-8000-0000000000b2"))
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(cfgBytes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tenant, cfg := testtenant.RunStandalone(t, bin, testtenant.VirtualCluster("bench", "6b1f7a52-0000-4000-8000-0000000000b2"))
 	cfg.Timeout = time.Second
 	rest := kubernetes.NewForConfigOrDie(cfg).CoreV1().RESTClient()
 	passed := map[string]time.Duration{}

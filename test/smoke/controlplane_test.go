@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/internal/testtenant"
@@ -25,11 +24,7 @@ func TestControlPlaneProcesses(t *testing.T) {
 	vc := testtenant.VirtualCluster("smoke", "6b1f7a52-0000-4000-8000-000000000001")
 	// The operator's material (authorities, leaves, the Secrets the pods mount) and the admin
 	// kubeconfig, as the operator writes it, for this machine's endpoint.
-	tenant, admin := testtenant.RunStandalone(t, bin, vc)
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tenant, cfg := testtenant.RunStandalone(t, bin, vc)
 	client := kubernetes.NewForConfigOrDie(cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -55,7 +50,7 @@ func TestControlPlaneProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	labels := map[string]string{"app": "web"}
-	_, err = client.AppsV1().Deployments("team-a").Create(ctx, &appsv1.Deployment{
+	_, err := client.AppsV1().Deployments("team-a").Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](2),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -19,6 +20,8 @@ import (
 	rbacrest "k8s.io/kubernetes/pkg/registry/rbac/rest"
 	schedulingrest "k8s.io/kubernetes/pkg/registry/scheduling/rest"
 	"k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy"
+
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 )
 
 // The apiserver's bootstrap objects: the RBAC roles and bindings of Kubernetes' own
@@ -64,9 +67,10 @@ func bootstrapHook(what string, ensure func(context.Context, kubernetes.Interfac
 	}
 }
 
-// bootstrapRBAC creates the bootstrap roles and bindings that are missing and adds what is
-// missing to those that exist, as upstream's hook does (reconciliation is upstream's), several
-// at a time: one after another, the ~130 reads and writes of a new tenant took a second.
+// bootstrapRBAC creates the bootstrap roles and bindings, Kubernetes' and KubeNest's own
+// users' (controlplane.TenantClusterRoles), that are missing and adds what is missing to those
+// that exist, as upstream's hook does (reconciliation is upstream's), several at a time: one
+// after another, the ~130 reads and writes of a new tenant took a second.
 // Not done: upstream's one-time copies of roles from before Kubernetes 1.9
 // (ClusterRolesToAggregate, ClusterRoleBindingsToSplit), which a tenant's etcd, always
 // written by a later version, never holds.
@@ -91,10 +95,10 @@ func bootstrapRBAC(_ context.Context, client kubernetes.Interface) error {
 			return err
 		})
 	}
-	for _, r := range append(bootstrappolicy.ClusterRoles(), bootstrappolicy.ControllerRoles()...) {
+	for _, r := range slices.Concat(bootstrappolicy.ClusterRoles(), bootstrappolicy.ControllerRoles(), controlplane.TenantClusterRoles()) {
 		role(reconciliation.ClusterRoleRuleOwner{ClusterRole: &r}, reconciliation.ClusterRoleModifier{Client: rbac.ClusterRoles()})
 	}
-	for _, b := range append(bootstrappolicy.ClusterRoleBindings(), bootstrappolicy.ControllerRoleBindings()...) {
+	for _, b := range slices.Concat(bootstrappolicy.ClusterRoleBindings(), bootstrappolicy.ControllerRoleBindings(), controlplane.TenantClusterRoleBindings()) {
 		binding(reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: &b}, reconciliation.ClusterRoleBindingClientAdapter{Client: rbac.ClusterRoleBindings()})
 	}
 	for _, roles := range bootstrappolicy.NamespaceRoles() {

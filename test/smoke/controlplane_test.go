@@ -14,9 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/internal/testtenant"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 )
 
 func TestControlPlaneProcesses(t *testing.T) {
@@ -42,6 +44,12 @@ func TestControlPlaneProcesses(t *testing.T) {
 	}
 	if _, err := client.SchedulingV1().PriorityClasses().Get(ctx, "system-node-critical", metav1.GetOptions{}); err != nil {
 		t.Errorf("system PriorityClass: %v", err)
+	}
+	// And KubeNest's users' roles: CoreDNS may read what it serves as soon as the tenant is ready.
+	dns := rest.CopyConfig(cfg)
+	dns.Impersonate.UserName = controlplane.DNSUser
+	if _, err := kubernetes.NewForConfigOrDie(dns).CoreV1().Services("").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("listing Services as the tenant's CoreDNS once the tenant is ready: %v", err)
 	}
 	checkOpenAPI(ctx, t, client)
 

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/kubectl/pkg/util/podutils"
@@ -22,7 +21,6 @@ import (
 	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
-	"github.com/kubenest-io/kubenest/pkg/nodepool"
 )
 
 // tenantTimeout bounds each request the operator makes to a tenant's apiserver, so a tenant
@@ -54,11 +52,12 @@ func (r *Reconciler) checkTenant(ctx context.Context, vc *v1alpha1.VirtualCluste
 	return info.GitVersion, client, nil
 }
 
-// setupTenant applies what every tenant needs from the start: RBAC of its built-in users, its
-// cluster DNS Service and the kube-proxy of the nodes lent to it. apiServerIP is the host
+// setupTenant applies what every tenant needs from the start: the binding of the portal's
+// users, its cluster DNS Service and the kube-proxy of the nodes lent to it (the RBAC of
+// KubeNest's own users the tenant's apiserver creates itself, see controlplane.TenantClusterRoles). apiServerIP is the host
 // ClusterIP of the tenant's apiserver Service, caPEM the tenant's CA bundle.
 func (r *Reconciler) setupTenant(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernetes.Interface, apiServerIP string, caPEM []byte) error {
-	if err := bootstrapTenant(ctx, client); err != nil {
+	if err := bootstrapPortalUsers(ctx, client); err != nil {
 		return err
 	}
 	if err := r.tenantDNS(ctx, vc, client); err != nil {
@@ -172,76 +171,13 @@ func (r *Reconciler) tenantConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI) (*r
 	}, nil
 }
 
-// bootstrapTenant applies the tenant objects the control plane itself relies on: the apiserver
-// may call kubelets (logs, exec) as kube-apiserver-kubelet-client, a user bound to the
-// built-in system:kubelet-api-admin role rather than put in system:masters; the shared node's
-// sync gets its own role.
-func bootstrapTenant(ctx context.Context, client kubernetes.Interface) error {
-	labels := map[string]string{"app.kubernetes.io/managed-by": "kubenest"}
-	opts := metav1.ApplyOptions{FieldManager: FieldOwner, Force: true}
-	rule := func(group string, resources []string, verbs ...string) *rbacv1ac.PolicyRuleApplyConfiguration {
-		return rbacv1ac.PolicyRule().WithAPIGroups(group).WithResources(resources...).WithVerbs(verbs...)
-	}
-	// What the shared node's sync does in the tenant, and no more: run the pods bound to its
-	// node, keep its Node and Lease, read what those pods refer to, request their tokens, and
-	// check who calls its kubelet API.
-	clustertree := rbacv1ac.ClusterRole("kubenest:clustertree").WithLabels(labels).WithRules(
-		rule("", []string{"pods"}, "get", "list", "watch", "update", "patch", "delete"),
-		rule("", []string{"pods/status"}, "update", "patch"),
-		rule("", []string{"nodes"}, "get", "list", "watch", "create", "update", "patch", "delete"),
-		rule("", []string{"nodes/status"}, "update", "patch"),
-		rule("coordination.k8s.io", []string{"leases"}, "get", "create", "update", "patch"),
-		rule("", []string{"configmaps", "secrets", "services"}, "get", "list", "watch"),
-		rule("", []string{"serviceaccounts/token"}, "create"),
-		rule("", []string{"events"}, "create", "patch", "update"),
-		rule("authentication.k8s.io", []string{"tokenreviews"}, "create"),
-		rule("authorization.k8s.io", []string{"subjectaccessreviews"}, "create"),
-		rule("discovery.k8s.io", []string{"endpointslices"}, "get", "list", "watch"),
-	)
-	if _, err := client.RbacV1().ClusterRoles().Apply(ctx, clustertree, opts); err != nil {
-		return fmt.Errorf("applying tenant ClusterRole %s: %w", *clustertree.Name, err)
-	}
-	// What the tenant's CoreDNS reads.
-	dns := rbacv1ac.ClusterRole("kubenest:dns").WithLabels(labels).WithRules(
-		rule("", []string{"services", "namespaces"}, "list", "watch"),
-		rule("discovery.k8s.io", []string{"endpointslices"}, "list", "watch"),
-	)
-	if _, err := client.RbacV1().ClusterRoles().Apply(ctx, dns, opts); err != nil {
-		return fmt.Errorf("applying tenant ClusterRole %s: %w", *dns.Name, err)
-	}
-	bind := func(name, role, kind, subject string) error {
-		crb := rbacv1ac.ClusterRoleBinding(name).WithLabels(labels).
-			WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("ClusterRole").WithName(role)).
-			WithSubjects(rbacv1ac.Subject().WithAPIGroup(rbacv1.GroupName).WithKind(kind).WithName(subject))
-		if _, err := client.RbacV1().ClusterRoleBindings().Apply(ctx, crb, opts); err != nil {
-			return fmt.Errorf("applying tenant ClusterRoleBinding %s: %w", name, err)
-		}
-		return nil
-	}
-	for _, b := range []struct{ name, role, kind, subject string }{
-		{"kubenest:apiserver-kubelet-client", "system:kubelet-api-admin", rbacv1.UserKind, controlplane.APIServerKubeletClient},
-		{"kubenest:clustertree", "kubenest:clustertree", rbacv1.UserKind, controlplane.ClusterTreeUser},
-		{"kubenest:dns", "kubenest:dns", rbacv1.UserKind, controlplane.DNSUser},
-		// Lent host nodes join with a bootstrap token: it may ask for a node client
-		// certificate, which is approved at once; joined nodes renew their own.
-		{"kubenest:kubelet-bootstrap", "system:node-bootstrapper", rbacv1.GroupKind, nodepool.BootstrapGroup},
-		{"kubenest:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", rbacv1.GroupKind, nodepool.BootstrapGroup},
-		{"kubenest:node-autoapprove-certificate-rotation", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", rbacv1.GroupKind, "system:nodes"},
-	} {
-		if err := bind(b.name, b.role, b.kind, b.subject); err != nil {
-			return err
-		}
-	}
-	return bootstrapPortalUsers(ctx, client, labels)
-}
-
 // bootstrapPortalUsers binds the group of the portal's personal kubeconfigs to cluster-admin
 // in the tenant, so that they work with kubectl. The binding is created once and never
 // overwritten: the tenant's admin may narrow it (edit its subjects to revoke the group), and
 // the operator leaves that alone; a deleted binding comes back.
-func bootstrapPortalUsers(ctx context.Context, client kubernetes.Interface, labels map[string]string) error {
+func bootstrapPortalUsers(ctx context.Context, client kubernetes.Interface) error {
 	crb := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: controlplane.PortalUsersGroup, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: controlplane.PortalUsersGroup, Labels: map[string]string{"app.kubernetes.io/managed-by": "kubenest"}},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: controlplane.PortalUsersGroup}},
 	}

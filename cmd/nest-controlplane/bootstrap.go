@@ -77,8 +77,13 @@ func bootstrapHook(what string, ensure func(context.Context, kubernetes.Interfac
 func bootstrapRBAC(_ context.Context, client kubernetes.Interface) error {
 	rbac, namespaces := client.RbacV1(), client.CoreV1().Namespaces()
 	var tasks []func() error
+	// A new tenant has none of them: each is created first, which saves the read that
+	// reconciliation starts with, and reconciled only if that fails (it exists, say).
 	role := func(role reconciliation.RuleOwner, c reconciliation.RuleOwnerModifier) {
 		tasks = append(tasks, func() error {
+			if _, err := c.Create(role); err == nil {
+				return nil
+			}
 			r, err := (&reconciliation.ReconcileRoleOptions{Role: role, Client: c, Confirm: true}).Run()
 			if err == nil && r.Protected && r.Operation != reconciliation.ReconcileNone {
 				klog.InfoS("Skipped a reconcile-protected bootstrap role that lacks permissions", "namespace", role.GetNamespace(), "name", role.GetName())
@@ -88,6 +93,9 @@ func bootstrapRBAC(_ context.Context, client kubernetes.Interface) error {
 	}
 	binding := func(binding reconciliation.RoleBinding, c reconciliation.RoleBindingModifier) {
 		tasks = append(tasks, func() error {
+			if _, err := c.Create(binding); err == nil {
+				return nil
+			}
 			r, err := (&reconciliation.ReconcileRoleBindingOptions{RoleBinding: binding, Client: c, Confirm: true}).Run()
 			if err == nil && r.Protected && r.Operation != reconciliation.ReconcileNone {
 				klog.InfoS("Skipped a reconcile-protected bootstrap binding that lacks subjects", "namespace", binding.GetNamespace(), "name", binding.GetName())

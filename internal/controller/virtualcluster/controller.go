@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -207,11 +208,18 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		conds.applyFailed(v1alpha1.ConditionAPIServerReady, "control-plane Deployment")
 		return reconcile.Result{}, err
 	}
-	etcdProblem, cpProblem, err := r.podProblems(ctx, vc)
+	etcdPods, err := r.componentPods(ctx, vc, naming.ComponentEtcd)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	conds.etcd(etcd, etcdProblem)
+	conds.etcd(etcd, podProblem(etcdPods))
+	cpPods, err := r.componentPods(ctx, vc, naming.ComponentControlPlane)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	// The tenant is probed as soon as one control-plane pod is Ready, which the operator sees
+	// directly rather than after the host's ReplicaSet and Deployment controllers count it.
+	readyIPs := readyPodIPs(cpPods)
 
 	// The kubeconfig can be written as soon as the endpoint is known.
 	names := naming.For(vc.Name)
@@ -233,7 +241,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	conds.kubeconfig(exposure, names.KubeconfigSecret())
 
 	var probeErr error
-	if deploy.Status.ReadyReplicas > 0 {
+	if len(readyIPs) > 0 {
 		version, tenant, err := r.checkTenant(ctx, vc, pki)
 		probeErr = err
 		if err != nil {
@@ -241,14 +249,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 			result.RequeueAfter = probeRetryInterval
 		} else {
 			vc.Status.Version = version
-			if err := r.setupTenant(ctx, vc, tenant, exposure.ClusterIP, pki.authorities.CABundle()); err != nil {
+			if err := r.setupTenant(ctx, vc, tenant, readyIPs, exposure.ClusterIP, pki.authorities.CABundle()); err != nil {
 				conds.Set(v1alpha1.ConditionAPIServerReady, false, ReasonSetupFailed,
 					"the tenant's apiserver answers, but applying its built-in objects (RBAC, cluster DNS, kube-proxy) failed; retrying")
 				return reconcile.Result{}, fmt.Errorf("setting up the tenant: %w", err)
 			}
 		}
 	}
-	conds.apiServer(deploy, probeErr, cpProblem)
+	conds.apiServer(deploy, len(readyIPs), probeErr, podProblem(cpPods))
 	if err := r.reconcileSharedNode(ctx, vc, pki, exposure, conds); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -288,20 +296,24 @@ func (r *Reconciler) exposure(ctx context.Context, vc *v1alpha1.VirtualCluster, 
 	return controlplane.ResolveExposure(vc, svc, addr), nil
 }
 
-// podProblems describes what the etcd and control-plane pods are waiting for, if anything.
-func (r *Reconciler) podProblems(ctx context.Context, vc *v1alpha1.VirtualCluster) (etcd, cp string, err error) {
-	names := naming.For(vc.Name)
-	for _, c := range []struct {
-		component string
-		out       *string
-	}{{naming.ComponentEtcd, &etcd}, {naming.ComponentControlPlane, &cp}} {
-		pods := &corev1.PodList{}
-		if err := r.Client.List(ctx, pods, client.InNamespace(vc.Namespace), client.MatchingLabels(names.Labels(c.component))); err != nil {
-			return "", "", fmt.Errorf("listing %s pods: %w", c.component, err)
-		}
-		*c.out = podProblem(pods.Items)
+// componentPods lists a tenant's pods of one component, from the operator's cache.
+func (r *Reconciler) componentPods(ctx context.Context, vc *v1alpha1.VirtualCluster, component string) ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(vc.Namespace), client.MatchingLabels(naming.For(vc.Name).Labels(component))); err != nil {
+		return nil, fmt.Errorf("listing %s pods: %w", component, err)
 	}
-	return etcd, cp, nil
+	return pods.Items, nil
+}
+
+// readyPodIPs are the addresses of the pods that are Ready and not going away.
+func readyPodIPs(pods []corev1.Pod) []string {
+	var ips []string
+	for _, p := range pods {
+		if p.Status.PodIP != "" && p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
+			ips = append(ips, p.Status.PodIP)
+		}
+	}
+	return ips
 }
 
 // poolNodeToVirtualClusters maps a PoolNode to the tenants it concerns: the one it is lent

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -511,6 +512,24 @@ func markDeploymentReady(t *testing.T, ctx context.Context, c client.Client, nam
 	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, ReadyReplicas: n,
 		UpdatedReplicas: n, AvailableReplicas: n}
 	if err := c.Status().Update(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	// And its pod, Ready, which is what the operator waits for before it probes the tenant.
+	// (The host's admission wants its ServiceAccount, which no controller makes here.)
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: "default"}}
+	if err := c.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: d.Namespace, Name: d.Name + "-0", Labels: d.Spec.Template.Labels},
+		Spec:       *d.Spec.Template.Spec.DeepCopy(),
+	}
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.0.10",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if err := c.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -85,18 +85,18 @@ func (c conditions) etcd(sts *appsv1.StatefulSet, problem string) {
 	c.Set(v1alpha1.ConditionEtcdReady, false, ReasonWaitingForPods, withProblem(fmt.Sprintf("%d/%d etcd members ready", ready, want), problem))
 }
 
-// apiServer reports whether the tenant's apiserver answered /readyz.
-func (c conditions) apiServer(d *appsv1.Deployment, probeErr error, problem string) {
+// apiServer reports whether the tenant's apiserver answered /readyz; ready is how many of the
+// Deployment's pods are Ready.
+func (c conditions) apiServer(d *appsv1.Deployment, ready int, probeErr error, problem string) {
+	pods := fmt.Sprintf("%d/%d control-plane pods ready", ready, ptr.Deref(d.Spec.Replicas, 1))
 	switch {
-	case d.Status.ReadyReplicas == 0:
-		c.Set(v1alpha1.ConditionAPIServerReady, false, ReasonWaitingForPods,
-			withProblem(fmt.Sprintf("0/%d control-plane pods ready", ptr.Deref(d.Spec.Replicas, 1)), problem))
+	case ready == 0:
+		c.Set(v1alpha1.ConditionAPIServerReady, false, ReasonWaitingForPods, withProblem(pods, problem))
 	case probeErr != nil:
 		c.Set(v1alpha1.ConditionAPIServerReady, false, ReasonNotReachable,
 			"control-plane pods are ready but the operator could not reach the tenant's /readyz through its Service yet")
 	default:
-		c.Set(v1alpha1.ConditionAPIServerReady, true, ReasonReady,
-			fmt.Sprintf("/readyz answered ok; %d/%d control-plane pods ready", d.Status.ReadyReplicas, ptr.Deref(d.Spec.Replicas, 1)))
+		c.Set(v1alpha1.ConditionAPIServerReady, true, ReasonReady, "/readyz answered ok; "+pods)
 	}
 }
 

@@ -344,7 +344,7 @@ func TestConditionsAPIServer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var list []metav1.Condition
-			newConditions(&list).apiServer(tt.d, tt.probeErr, tt.problem)
+			newConditions(&list).apiServer(tt.d, int(tt.d.Status.ReadyReplicas), tt.probeErr, tt.problem)
 			got := assertCondition(t, list, v1alpha1.ConditionAPIServerReady, tt.wantStatus, tt.wantReason, tt.wantMsg)
 			if got != nil && (strings.Contains(got.Message, "x509") || strings.Contains(got.Message, "abc123")) {
 				t.Errorf("message %q carries the raw error", got.Message)
@@ -464,10 +464,9 @@ func TestConditionsKeepTransitionTime(t *testing.T) {
 	var list []metav1.Condition
 	d := &appsv1.Deployment{}
 	d.Spec.Replicas = ptr.To[int32](1)
-	d.Status.ReadyReplicas = 1
-	newConditions(&list).apiServer(d, nil, "")
+	newConditions(&list).apiServer(d, 1, nil, "")
 	later := conditions{condition.Setter{List: &list, Generation: 8, Now: statusNow.Add(time.Hour)}}
-	later.apiServer(d, nil, "")
+	later.apiServer(d, 1, nil, "")
 	got := meta.FindStatusCondition(list, v1alpha1.ConditionAPIServerReady)
 	if !got.LastTransitionTime.Time.Equal(statusNow) {
 		t.Errorf("LastTransitionTime moved to %s without a transition", got.LastTransitionTime)
@@ -475,8 +474,7 @@ func TestConditionsKeepTransitionTime(t *testing.T) {
 	if got.ObservedGeneration != 8 {
 		t.Errorf("ObservedGeneration = %d, want 8", got.ObservedGeneration)
 	}
-	d.Status.ReadyReplicas = 0
-	later.apiServer(d, nil, "")
+	later.apiServer(d, 0, nil, "")
 	got = meta.FindStatusCondition(list, v1alpha1.ConditionAPIServerReady)
 	if !got.LastTransitionTime.Time.Equal(statusNow.Add(time.Hour)) {
 		t.Errorf("LastTransitionTime = %s after a transition, want %s", got.LastTransitionTime, statusNow.Add(time.Hour))

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,14 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
-	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
 // tenantTimeout bounds each request the operator makes to a tenant's apiserver, so a tenant
@@ -54,13 +51,14 @@ func (r *Reconciler) checkTenant(ctx context.Context, vc *v1alpha1.VirtualCluste
 
 // setupTenant applies what every tenant needs from the start: the binding of the portal's
 // users, its cluster DNS Service and the kube-proxy of the nodes lent to it (the RBAC of
-// KubeNest's own users the tenant's apiserver creates itself, see controlplane.TenantClusterRoles). apiServerIP is the host
-// ClusterIP of the tenant's apiserver Service, caPEM the tenant's CA bundle.
-func (r *Reconciler) setupTenant(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernetes.Interface, apiServerIP string, caPEM []byte) error {
+// KubeNest's own users the tenant's apiserver creates itself: controlplane.TenantClusterRoles).
+// readyIPs are the Ready control-plane pods, apiServerIP the host ClusterIP of the tenant's
+// apiserver Service, caPEM the tenant's CA bundle.
+func (r *Reconciler) setupTenant(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernetes.Interface, readyIPs []string, apiServerIP string, caPEM []byte) error {
 	if err := bootstrapPortalUsers(ctx, client); err != nil {
 		return err
 	}
-	if err := r.tenantDNS(ctx, vc, client); err != nil {
+	if err := tenantDNS(ctx, vc, client, readyIPs); err != nil {
 		return err
 	}
 	return r.tenantKubeProxy(ctx, vc, client, apiServerIP, caPEM)
@@ -104,22 +102,12 @@ func applyInTenant[T any](ctx context.Context, patch func(context.Context, strin
 }
 
 // tenantDNS keeps the tenant's kube-system/kube-dns Service at the tenth address of its
-// Service range, with an EndpointSlice of the Ready control-plane pods, whose CoreDNS answers.
-func (r *Reconciler) tenantDNS(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernetes.Interface) error {
+// Service range, with an EndpointSlice of readyIPs, the Ready control-plane pods, whose
+// CoreDNS answers.
+func tenantDNS(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernetes.Interface, readyIPs []string) error {
 	ip, err := controlplane.DNSServiceIP(vc.Status.ServiceCIDR)
 	if err != nil {
 		return err
-	}
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, crclient.InNamespace(vc.Namespace),
-		crclient.MatchingLabels(naming.For(vc.Name).Labels(naming.ComponentControlPlane))); err != nil {
-		return fmt.Errorf("listing control-plane pods: %w", err)
-	}
-	var ips []string
-	for _, p := range pods.Items {
-		if p.Status.PodIP != "" && p.DeletionTimestamp == nil && podutils.IsPodReady(&p) {
-			ips = append(ips, p.Status.PodIP)
-		}
 	}
 	svc := controlplane.TenantDNSService(ip)
 	services := client.CoreV1().Services(svc.Namespace)
@@ -135,7 +123,7 @@ func (r *Reconciler) tenantDNS(ctx context.Context, vc *v1alpha1.VirtualCluster,
 		return fmt.Errorf("the tenant's %s/%s Service has ClusterIP %s, not %s: delete it and the operator makes it again",
 			svc.Namespace, svc.Name, current.Spec.ClusterIP, svc.Spec.ClusterIP)
 	}
-	slice := controlplane.TenantDNSEndpointSlice(ips)
+	slice := controlplane.TenantDNSEndpointSlice(readyIPs)
 	slices := client.DiscoveryV1().EndpointSlices(slice.Namespace)
 	existing, err := slices.Get(ctx, slice.Name, metav1.GetOptions{})
 	switch {

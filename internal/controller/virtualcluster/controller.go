@@ -39,9 +39,11 @@ var fieldOwner = client.FieldOwner(FieldOwner)
 
 // Named requeue intervals. Everything else is woken by watches.
 const (
-	// probeRetryInterval: the control-plane pods are ready, but /readyz through the Service did
-	// not answer yet (the Service's endpoints are still being programmed).
-	probeRetryInterval = time.Second
+	// probeRetryInterval: a control-plane pod is Ready, but /readyz through the Service did
+	// not answer yet: the host is still programming the Service's new endpoint (kube-proxy
+	// takes a few hundred milliseconds after the pod is Ready), which refuses connections at
+	// once until then, so trying often costs little and each try is a tenant's creation sooner.
+	probeRetryInterval = 250 * time.Millisecond
 	// healthCheckInterval: how often a Ready tenant's /readyz is checked again.
 	healthCheckInterval = 2 * time.Minute
 	// deletionRetryInterval: how often deletion checks whether the tenant's objects are gone.

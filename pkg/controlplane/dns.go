@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
 // The tenant's cluster DNS: CoreDNS (its kubernetes plugin reading the tenant's API) in every
@@ -103,5 +105,5 @@ func TenantDNSEndpointSlice(podIPs []string) *discoveryv1.EndpointSlice {
 }
 
 func dnsLabels() map[string]string {
-	return map[string]string{"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS", "app.kubernetes.io/managed-by": "kubenest"}
+	return map[string]string{"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS", naming.LabelManagedBy: naming.ManagedByValue}
 }

@@ -4,6 +4,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/nodepool"
 )
 
@@ -67,7 +68,7 @@ func rule(group string, resources []string, verbs ...string) rbacv1.PolicyRule {
 }
 
 func rbacMeta(name string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": "kubenest"}}
+	return metav1.ObjectMeta{Name: name, Labels: map[string]string{naming.LabelManagedBy: naming.ManagedByValue}}
 }
 
 func clusterRole(name string, rules ...rbacv1.PolicyRule) rbacv1.ClusterRole {

@@ -18,6 +18,7 @@ import (
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
 // tenantTimeout bounds each request the operator makes to a tenant's apiserver, so a tenant
@@ -165,7 +166,7 @@ func (r *Reconciler) tenantConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI) (*r
 // the operator leaves that alone; a deleted binding comes back.
 func bootstrapPortalUsers(ctx context.Context, client kubernetes.Interface) error {
 	crb := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: controlplane.PortalUsersGroup, Labels: map[string]string{"app.kubernetes.io/managed-by": "kubenest"}},
+		ObjectMeta: metav1.ObjectMeta{Name: controlplane.PortalUsersGroup, Labels: map[string]string{naming.LabelManagedBy: naming.ManagedByValue}},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: controlplane.PortalUsersGroup}},
 	}

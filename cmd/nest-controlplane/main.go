@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/component-base/cli"
 
+	"github.com/kubenest-io/kubenest/internal/idlegc"
 	"github.com/kubenest-io/kubenest/pkg/version"
 )
 
@@ -22,16 +24,20 @@ import (
 type subcommand struct {
 	summary string
 	build   func() *cobra.Command
+	tenant  bool // a tenant control-plane component: its collector is paced (idlegc)
 }
 
 var subcommands = map[string]subcommand{
-	"etcd":               {"etcd (go.etcd.io/etcd/server/v3/embed), with etcd's flags", newEtcdCommand},
-	"apiserver":          {"kube-apiserver, with kube-apiserver's flags", newAPIServerCommand},
-	"controller-manager": {"kube-controller-manager, with its flags; waits for the apiserver first", newControllerManagerCommand},
-	"scheduler":          {"kube-scheduler, with its flags; waits for the apiserver first", newSchedulerCommand},
-	"kube-proxy":         {"kube-proxy, with its flags (on the nodes lent to a tenant)", newKubeProxyCommand},
-	"version":            {"print the version", newVersionCommand},
+	"etcd":               {"etcd (go.etcd.io/etcd/server/v3/embed), with etcd's flags", newEtcdCommand, true},
+	"apiserver":          {"kube-apiserver, with kube-apiserver's flags", newAPIServerCommand, true},
+	"controller-manager": {"kube-controller-manager, with its flags; waits for the apiserver first", newControllerManagerCommand, true},
+	"scheduler":          {"kube-scheduler, with its flags; waits for the apiserver first", newSchedulerCommand, true},
+	"kube-proxy":         {"kube-proxy, with its flags (on the nodes lent to a tenant)", newKubeProxyCommand, false},
+	"version":            {"print the version", newVersionCommand, false},
 }
+
+// idleGCEnv turns the pacing of the tenant components' collector off when set to "off".
+const idleGCEnv = "KUBENEST_IDLE_GC"
 
 func main() {
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
@@ -47,6 +53,9 @@ func main() {
 	cmd := sub.build()
 	cmd.Use = "nest-controlplane " + os.Args[1]
 	cmd.SetArgs(os.Args[2:])
+	if sub.tenant && os.Getenv(idleGCEnv) != "off" {
+		go idlegc.Run(context.Background(), idlegc.Default)
+	}
 	os.Exit(cli.Run(cmd))
 }
 
@@ -61,6 +70,9 @@ func usage(w *os.File) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-20s %s\n", n, subcommands[n].summary)
 	}
+	fmt.Fprintf(w, "\nWhile etcd, the apiserver, the controller-manager or the scheduler allocates little, its GOGC is\n"+
+		"lowered (down to %d) so that its heap grows by what it allocates in about %s, never beyond its own\n"+
+		"GOGC; %s=off keeps its GOGC as set.\n", idlegc.Default.Floor, idlegc.Default.Interval, idleGCEnv)
 	fmt.Fprintf(w, "\n'nest-controlplane <component> --help' lists the component's flags.\n%s\n", version.String())
 }
 

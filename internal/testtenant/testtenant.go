@@ -305,6 +305,9 @@ func (p *Process) Tail() string {
 	return strings.Join(lines, "\n")
 }
 
+// Pid is the process's id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // RSSKiB is the process's resident memory.
 func (p *Process) RSSKiB() int64 {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))

@@ -47,6 +47,8 @@ func TestIdleProcessMemory(t *testing.T) {
 	}{
 		{name: "baseline"},
 		{name: "GOGC=50", env: map[string]string{"GOGC": "50"}},
+		// As the operator runs them before idlegc (the collector paced while idle, the default).
+		{name: "GOGC=50 KUBENEST_IDLE_GC=off", env: map[string]string{"GOGC": "50", "KUBENEST_IDLE_GC": "off"}},
 		{name: "GOGC=25", env: map[string]string{"GOGC": "25"}},
 		// A soft limit (every process gets it; only the apiserver's heap comes near it).
 		{name: "GOMEMLIMIT=100MiB", env: map[string]string{"GOMEMLIMIT": "100MiB"}},
@@ -76,7 +78,13 @@ func TestIdleProcessMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 			ready := time.Since(tenant.Started)
+			cpuBefore := map[string]int64{}
+			for _, p := range tenant.Processes {
+				cpuBefore[p.Name] = cpuTicks(t, p)
+			}
+			idleStart := time.Now()
 			time.Sleep(idle)
+			idleFor := time.Since(idleStart)
 			if dir := os.Getenv("BENCH_PPROF_DIR"); dir != "" && v.apiserver["profiling"] == "true" {
 				rest := kubernetes.NewForConfigOrDie(cfg).CoreV1().RESTClient()
 				for _, p := range []struct{ file, profile, param, value string }{
@@ -94,6 +102,7 @@ func TestIdleProcessMemory(t *testing.T) {
 			}
 			line := fmt.Sprintf("%-40s ready %5.1fs", v.name, ready.Seconds())
 			var anon, rss int64
+			var cpu float64
 			for _, p := range tenant.Processes {
 				if p.Exited() {
 					t.Fatalf("%s exited:\n%s", p.Name, p.Tail())
@@ -101,35 +110,39 @@ func TestIdleProcessMemory(t *testing.T) {
 				st := procStatus(t, p)
 				anon += st["RssAnon"]
 				rss += st["VmRSS"]
-				line += fmt.Sprintf(" | %s anon %3d rss %3d", p.Name, st["RssAnon"]/1024, st["VmRSS"]/1024)
+				milli := float64(cpuTicks(t, p)-cpuBefore[p.Name]) * 1000 / clockTicks / idleFor.Seconds()
+				cpu += milli
+				line += fmt.Sprintf(" | %s anon %3d rss %3d cpu %4.1fm", p.Name, st["RssAnon"]/1024, st["VmRSS"]/1024, milli)
 			}
-			line += fmt.Sprintf(" | sum anon %3d rss %3d MiB", anon/1024, rss/1024)
+			line += fmt.Sprintf(" | sum anon %3d rss %3d MiB cpu %4.1fm", anon/1024, rss/1024, cpu)
 			t.Log(line)
 			report = append(report, line)
 		})
 	}
-	t.Logf("after %s idle (MiB; anon = RssAnon, rss = VmRSS incl. the binary's file pages):\n%s", idle, strings.Join(report, "\n"))
+	t.Logf("after %s idle (MiB; anon = RssAnon, rss = VmRSS incl. the binary's file pages; cpu = millicores while idle):\n%s", idle, strings.Join(report, "\n"))
+}
+
+// clockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on Linux).
+const clockTicks = 100
+
+// cpuTicks is the CPU time (user + system, in clock ticks) of the process this test started for p.
+func cpuTicks(t *testing.T, p *testtenant.Process) int64 {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+	if err != nil {
+		t.Fatalf("%s: %v", p.Name, err)
+	}
+	// pid (comm) state ppid ...: comm may hold spaces, so split after its ")"; utime and
+	// stime are the 14th and 15th fields, the 12th and 13th after it.
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return utime + stime
 }
 
 // procStatus reads the memory lines of /proc/<pid>/status, in KiB, of the process this test
-// started for p: a child of this process running "nest-controlplane <p.Name>".
+// started for p.
 func procStatus(t *testing.T, p *testtenant.Process) map[string]int64 {
-	pid := 0
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		stat, err := os.ReadFile(filepath.Join(d, "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so split after its ")".
-		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		cmdline, _ := os.ReadFile(filepath.Join(d, "cmdline"))
-		args := strings.Split(string(cmdline), "\x00")
-		if len(fields) > 1 && fields[1] == strconv.Itoa(os.Getpid()) && len(args) > 1 && args[1] == p.Name {
-			pid, _ = strconv.Atoi(filepath.Base(d))
-		}
-	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.Pid()))
 	if err != nil {
 		t.Fatalf("no process for %s: %v", p.Name, err)
 	}

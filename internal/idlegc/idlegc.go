@@ -1,0 +1,138 @@
+// Package idlegc keeps an idle Go process's heap closer to what it really holds, without
+// slowing the process down when it is busy.
+//
+// Go collects when the heap has grown by GOGC percent over what the last collection left live.
+// A tenant's control-plane components build a large heap at start and keep it (the apiserver's
+// API installation and schemas, about 60 MB), then allocate little while the tenant is idle
+// (the apiserver about 0.5 MB/s): at GOGC=50 its heap climbs by 30 MB between collections a
+// minute apart, memory an idle tenant holds for nothing. A lower GOGC for good would save it
+// but makes a busy apiserver collect more often (its LISTs were measurably slower at 25).
+//
+// Run sets GOGC once a second to the value at which, allocating as it did over the last
+// Interval, the process collects about every Interval, bounded by Floor and the process's own
+// GOGC (the ceiling). It follows the highest value the last Window seconds asked for, so it
+// rises within a second or two of the process getting busy and falls only after it has been
+// quiet for the whole window. An idle apiserver runs at GOGC 15-20 and a busy one at its own.
+// What it saves is less than the lower goal suggests, as the heap's partly used spans stay
+// resident: 5-10 MiB per idle tenant (TestIdleProcessMemory, BENCHMARKS.md).
+package idlegc
+
+import (
+	"context"
+	"math"
+	"runtime/debug"
+	"runtime/metrics"
+	"slices"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Settings are the pacing's bounds. Interval is the aimed time between collections while the
+// process is idle, Floor the lowest GOGC set, Window the seconds of low allocation after which
+// GOGC falls.
+type Settings struct {
+	Interval time.Duration
+	Floor    int
+	Window   int
+}
+
+// Default is what the tenant components run with: a collection every 15 s at most while idle
+// costs the apiserver a few milliseconds of CPU a second (it marks about 60 MB each time).
+var Default = Settings{Interval: 15 * time.Second, Floor: 10, Window: 30}
+
+const (
+	metricAllocs = "/gc/heap/allocs:bytes"
+	metricLive   = "/gc/heap/live:bytes"
+	metricGOGC   = "/gc/gogc:percent"
+)
+
+// Run paces the collector until ctx ends. It does nothing when the process's GOGC is off or
+// not above s.Floor.
+func Run(ctx context.Context, s Settings) {
+	samples := []metrics.Sample{{Name: metricAllocs}, {Name: metricLive}, {Name: metricGOGC}}
+	metrics.Read(samples)
+	ceiling := -1 // GOGC=off reads as the uint64 of -1
+	if v := samples[2].Value; v.Kind() == metrics.KindUint64 && v.Uint64() <= math.MaxInt32 {
+		ceiling = int(v.Uint64())
+	}
+	if ceiling <= s.Floor {
+		klog.InfoS("Not pacing the garbage collector", "GOGC", ceiling, "floor", s.Floor)
+		return
+	}
+	klog.InfoS("Pacing the garbage collector while idle", "GOGCCeiling", ceiling, "floor", s.Floor, "interval", s.Interval, "window", s.Window)
+	p := newPacer(s, ceiling)
+	prev := samples[0].Value.Uint64()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			metrics.Read(samples)
+			allocs, live := samples[0].Value.Uint64(), samples[1].Value.Uint64()
+			if gogc, changed := p.next(allocs-prev, live); changed {
+				debug.SetGCPercent(gogc)
+				klog.V(4).InfoS("GOGC changed", "GOGC", gogc, "allocatedLastSecond", allocs-prev, "liveHeapBytes", live)
+			}
+			prev = allocs
+		}
+	}
+}
+
+// pacer turns allocation into GOGC: it holds what was allocated in each of the last Interval
+// seconds and the GOGC each of the last Window seconds wanted; the one in force is the highest.
+type pacer struct {
+	s       Settings
+	ceiling int
+	allocs  []uint64 // ring: bytes allocated in each of the last Interval seconds
+	wanted  []int    // ring: the GOGC wanted in each of the last Window seconds
+	pos     int      // seconds seen
+	current int
+}
+
+func newPacer(s Settings, ceiling int) *pacer {
+	p := &pacer{
+		s: s, ceiling: ceiling, current: ceiling,
+		allocs: make([]uint64, max(int(s.Interval/time.Second), 1)),
+		wanted: make([]int, max(s.Window, 1)),
+	}
+	for i := range p.wanted {
+		p.wanted[i] = ceiling // start as the process was started: quiet only after a window
+	}
+	return p
+}
+
+// next takes the bytes allocated in the last second and the live heap of the last collection,
+// and returns the GOGC in force and whether it changed.
+func (p *pacer) next(allocated, live uint64) (int, bool) {
+	p.allocs[p.pos%len(p.allocs)] = allocated
+	p.wanted[p.pos%len(p.wanted)] = p.want(live)
+	p.pos++
+	gogc := slices.Max(p.wanted)
+	changed := gogc != p.current
+	p.current = gogc
+	return gogc, changed
+}
+
+// want is the GOGC at which the heap, growing as it did over the last Interval, reaches the
+// next collection after Interval: that growth in percent of the live heap, rounded up to a
+// multiple of 5 (fewer changes), within [Floor, ceiling]. Summed over Interval, one burst (a
+// scrape of the metrics, a LIST) does not count as a busy process; a busy second still
+// raises it at once by what it allocated.
+func (p *pacer) want(live uint64) int {
+	if live == 0 {
+		return p.ceiling
+	}
+	var sum uint64
+	for _, a := range p.allocs {
+		sum += a
+	}
+	percent := 100 * float64(sum) / float64(live)
+	if percent >= float64(p.ceiling) {
+		return p.ceiling
+	}
+	rounded := int(math.Ceil(percent/5)) * 5
+	return min(max(rounded, p.s.Floor), p.ceiling)
+}

@@ -1,0 +1,55 @@
+package idlegc
+
+import (
+	"context"
+	"runtime"
+	"runtime/debug"
+	"testing"
+	"time"
+)
+
+const mb = 1 << 20
+
+func TestPacerFollowsTheAllocation(t *testing.T) {
+	s := Settings{Interval: 3 * time.Second, Floor: 10, Window: 4}
+	p := newPacer(s, 50)
+	steps := func(what string, live uint64, allocated []uint64, want []int) {
+		t.Helper()
+		for i, a := range allocated {
+			if got, _ := p.next(a, live); got != want[i] {
+				t.Fatalf("%s, second %d: GOGC %d, want %d", what, i+1, got, want[i])
+			}
+		}
+	}
+	// An idle apiserver: 60 MB live, 1 MB a second: 3 MB in 3 s, 5 %, the floor; at its
+	// own GOGC until a window of quiet.
+	steps("idle", 60*mb, []uint64{mb, mb, mb, mb, mb, mb}, []int{50, 50, 50, 10, 10, 10})
+	// A scrape allocating 6 MB at once: 8 MB over 3 s, 13.3 %, rounded up to 15, for the 3 s
+	// it counts in the sum and the window after them; then down again.
+	steps("burst", 60*mb, []uint64{6 * mb, mb, mb, mb, mb, mb, mb}, []int{15, 15, 15, 15, 15, 15, 10})
+	// Busy: 20 MB a second: 22 MB over 3 s, 36.7 %, 40, then 41 MB, the ceiling; it falls as
+	// the busy seconds leave the sum and the window (the last wanted 20 MB over 3 s: 35).
+	steps("busy", 60*mb, []uint64{20 * mb, 20 * mb, 0, 0, 0, 0, 0, 0}, []int{40, 50, 50, 50, 50, 50, 35, 10})
+	// No collection yet (live unknown): the ceiling, at once.
+	steps("no live heap yet", 0, []uint64{0}, []int{50})
+}
+
+func TestRunSetsGOGCAndLeavesOffAlone(t *testing.T) {
+	old := debug.SetGCPercent(50)
+	defer debug.SetGCPercent(old)
+	runtime.GC() // a live heap to pace against
+	ctx, cancel := context.WithTimeout(context.Background(), 3500*time.Millisecond)
+	defer cancel()
+	Run(ctx, Settings{Interval: time.Second, Floor: 10, Window: 2}) // this test allocates next to nothing
+	if got := debug.SetGCPercent(50); got >= 50 || got < 10 {
+		t.Errorf("after 3 quiet seconds GOGC is %d, want it lowered, within [10, 50)", got)
+	}
+
+	debug.SetGCPercent(-1)
+	ctx, cancel = context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	Run(ctx, Settings{Interval: time.Second, Floor: 10, Window: 1}) // returns at once
+	if got := debug.SetGCPercent(50); got != -1 {
+		t.Errorf("GOGC=off became %d", got)
+	}
+}

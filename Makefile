@@ -28,7 +28,7 @@ GO_LDFLAGS := -s -w \
 	-X github.com/kubenest-io/kubenest/pkg/version.Version=$(VERSION)
 GO_BUILD := go build -ldflags '$(GO_LDFLAGS)'
 
-BINARIES := nest-operator nest-controlplane node-agent nest-portal
+BINARIES := nest-operator nest-controlplane nest-etcd node-agent nest-portal
 
 # Images, built without Docker and imported into the local cluster's nodes.
 IMAGE_REPO ?= kubenest.io/kubenest
@@ -103,8 +103,8 @@ lint: $(HELM) ## gofmt, go vet (with the e2e tag) and helm lint.
 	$(HELM) lint --strict charts/kubenest
 
 .PHONY: test
-test: lint verify-gen $(BIN_DIR)/nest-controlplane ## Unit and integration tests (real kube-apiserver, etcd and tenant processes; no cluster needed).
-	NEST_CONTROLPLANE=$(CURDIR)/$(BIN_DIR)/nest-controlplane go test ./...
+test: lint verify-gen $(BIN_DIR)/nest-controlplane $(BIN_DIR)/nest-etcd ## Unit and integration tests (real kube-apiserver, etcd and tenant processes; no cluster needed).
+	NEST_CONTROLPLANE=$(CURDIR)/$(BIN_DIR)/nest-controlplane NEST_ETCD=$(CURDIR)/$(BIN_DIR)/nest-etcd go test ./...
 
 ##@ Local cluster
 
@@ -160,7 +160,7 @@ host-deps: ## Install the Debian packages the local cluster needs, when missing.
 
 .PHONY: up
 up: host-deps build image $(KUBE_BINARIES) $(HELM) $(BIN_DIR)/certmanager ## Bring up a local host cluster, install KubeNest with Helm and create the demo tenant.
-	go run ./test/e2e/local up --kube-bin $(KUBE_BIN) --nest-controlplane $(BIN_DIR)/nest-controlplane \
+	go run ./test/e2e/local up --kube-bin $(KUBE_BIN) --nest-etcd $(BIN_DIR)/nest-etcd \
 		--node-agent $(CURDIR)/$(BIN_DIR)/node-agent \
 		--cert-manager $(CURDIR)/$(BIN_DIR)/certmanager --cert-manager-crds $(CERT_MANAGER_CRDS) \
 		$(addprefix --image ,$(IMAGE_TARS)) --kube-proxy-image $(IMAGE) --nodes $(NODES)

@@ -1,7 +1,7 @@
-// Command nest-controlplane runs one of a tenant's control-plane components: etcd,
-// kube-apiserver, kube-controller-manager or kube-scheduler, each embedded from its upstream
-// package at the version KubeNest is built with. The operator runs it in the tenant's pods;
-// the flags after the subcommand are the upstream component's own.
+// Command nest-controlplane runs one of a tenant's control-plane components: kube-apiserver,
+// kube-controller-manager or kube-scheduler, each embedded from its upstream package at the
+// version KubeNest is built with (etcd is nest-etcd). The operator runs it in the tenant's
+// pods; the flags after the subcommand are the upstream component's own.
 package main
 
 import (
@@ -28,16 +28,12 @@ type subcommand struct {
 }
 
 var subcommands = map[string]subcommand{
-	"etcd":               {"etcd (go.etcd.io/etcd/server/v3/embed), with etcd's flags", newEtcdCommand, true},
 	"apiserver":          {"kube-apiserver, with kube-apiserver's flags", newAPIServerCommand, true},
 	"controller-manager": {"kube-controller-manager, with its flags; waits for the apiserver first", newControllerManagerCommand, true},
 	"scheduler":          {"kube-scheduler, with its flags; waits for the apiserver first", newSchedulerCommand, true},
 	"kube-proxy":         {"kube-proxy, with its flags (on the nodes lent to a tenant)", newKubeProxyCommand, false},
 	"version":            {"print the version", newVersionCommand, false},
 }
-
-// idleGCEnv turns the pacing of the tenant components' collector off when set to "off".
-const idleGCEnv = "KUBENEST_IDLE_GC"
 
 func main() {
 	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
@@ -53,8 +49,8 @@ func main() {
 	cmd := sub.build()
 	cmd.Use = "nest-controlplane " + os.Args[1]
 	cmd.SetArgs(os.Args[2:])
-	if sub.tenant && os.Getenv(idleGCEnv) != "off" {
-		go idlegc.Run(context.Background(), idlegc.Default)
+	if sub.tenant {
+		idlegc.Start(context.Background())
 	}
 	os.Exit(cli.Run(cmd))
 }
@@ -70,9 +66,9 @@ func usage(w *os.File) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-20s %s\n", n, subcommands[n].summary)
 	}
-	fmt.Fprintf(w, "\nWhile etcd, the apiserver, the controller-manager or the scheduler allocates little, its GOGC is\n"+
+	fmt.Fprintf(w, "\nWhile the apiserver, the controller-manager or the scheduler allocates little, its GOGC is\n"+
 		"lowered (down to %d) so that its heap grows by what it allocates in about %s, never beyond its own\n"+
-		"GOGC; %s=off keeps its GOGC as set.\n", idlegc.Default.Floor, idlegc.Default.Interval, idleGCEnv)
+		"GOGC; %s=off keeps its GOGC as set.\n", idlegc.Default.Floor, idlegc.Default.Interval, idlegc.DisableEnv)
 	fmt.Fprintf(w, "\n'nest-controlplane <component> --help' lists the component's flags.\n%s\n", version.String())
 }
 

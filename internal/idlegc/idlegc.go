@@ -20,6 +20,7 @@ package idlegc
 import (
 	"context"
 	"math"
+	"os"
 	"runtime/debug"
 	"runtime/metrics"
 	"slices"
@@ -40,6 +41,16 @@ type Settings struct {
 // Default is what the tenant components run with: a collection every 15 s at most while idle
 // costs the apiserver a few milliseconds of CPU a second (it marks about 60 MB each time).
 var Default = Settings{Interval: 15 * time.Second, Floor: 10, Window: 30}
+
+// DisableEnv, set to "off" in a process's environment, keeps its GOGC as it was set.
+const DisableEnv = "KUBENEST_IDLE_GC"
+
+// Start runs Run with Default in the background, unless DisableEnv says off.
+func Start(ctx context.Context) {
+	if os.Getenv(DisableEnv) != "off" {
+		go Run(ctx, Default)
+	}
+}
 
 const (
 	metricAllocs = "/gc/heap/allocs:bytes"

@@ -1,4 +1,5 @@
-// Package testtenant runs a tenant's control plane as local processes of nest-controlplane,
+// Package testtenant runs a tenant's control plane as local processes of nest-etcd and
+// nest-controlplane,
 // from the Secrets and flags the operator generates, for tests that need a real tenant
 // without a real host cluster. Only what makes sense solely inside a pod is changed: mount
 // paths become directories, pod and Service DNS names become loopback ports.
@@ -57,7 +58,7 @@ func VirtualCluster(name string, uid types.UID) *v1alpha1.VirtualCluster {
 // runs its control plane from them (see Run). It returns the tenant and the client config of
 // the admin kubeconfig the operator would write, for where the apiserver listens on this
 // machine.
-func RunStandalone(t *testing.T, bin string, vc *v1alpha1.VirtualCluster) (*Tenant, *rest.Config) {
+func RunStandalone(t *testing.T, bin Programs, vc *v1alpha1.VirtualCluster) (*Tenant, *rest.Config) {
 	t.Helper()
 	now := time.Now()
 	settings := controlplane.DefaultSettings()
@@ -100,7 +101,7 @@ func RunStandalone(t *testing.T, bin string, vc *v1alpha1.VirtualCluster) (*Tena
 // Run starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler for vc from the
 // etcd, control-plane certificate and kubelet signer Secrets, with the flags the operator's builders give the
 // pods. They stop when the test ends.
-func Run(t *testing.T, bin string, vc *v1alpha1.VirtualCluster, settings controlplane.Settings, etcdSecret, cpSecret, signerSecret *corev1.Secret) *Tenant {
+func Run(t *testing.T, bin Programs, vc *v1alpha1.VirtualCluster, settings controlplane.Settings, etcdSecret, cpSecret, signerSecret *corev1.Secret) *Tenant {
 	t.Helper()
 	etcdDir, cpDir, signerDir := writeSecret(t, etcdSecret), writeSecret(t, cpSecret), writeSecret(t, signerSecret)
 	apiPort, etcdPort, peerPort := FreePort(t), FreePort(t), FreePort(t)
@@ -145,10 +146,10 @@ func Run(t *testing.T, bin string, vc *v1alpha1.VirtualCluster, settings control
 	})
 	tn := &Tenant{APIServerAddress: fmt.Sprintf("127.0.0.1:%d", apiPort), Started: time.Now()}
 	tn.Processes = []*Process{
-		startProcess(t, bin, "etcd", etcdArgs),
-		startProcess(t, bin, "apiserver", apiArgs),
-		startProcess(t, bin, "controller-manager", kcmArgs),
-		startProcess(t, bin, "scheduler", schedArgs),
+		startProcess(t, "etcd", bin.Etcd, etcdArgs),
+		startProcess(t, "apiserver", bin.ControlPlane, append([]string{"apiserver"}, apiArgs...)),
+		startProcess(t, "controller-manager", bin.ControlPlane, append([]string{"controller-manager"}, kcmArgs...)),
+		startProcess(t, "scheduler", bin.ControlPlane, append([]string{"scheduler"}, schedArgs...)),
 	}
 	return tn
 }
@@ -171,16 +172,26 @@ func (tn *Tenant) WaitReady(ctx context.Context, cfg *rest.Config) error {
 	})
 }
 
-// Binary is the nest-controlplane binary under test: $NEST_CONTROLPLANE, or one built now.
-func Binary(t *testing.T) string {
+// Programs are the binaries a tenant's control plane runs.
+type Programs struct {
+	ControlPlane string // nest-controlplane: apiserver, controller-manager, scheduler
+	Etcd         string // nest-etcd
+}
+
+// Binaries are the programs under test: $NEST_CONTROLPLANE and $NEST_ETCD, or those built now.
+func Binaries(t *testing.T) Programs {
 	t.Helper()
-	if bin := os.Getenv("NEST_CONTROLPLANE"); bin != "" {
+	return Programs{ControlPlane: binary(t, "NEST_CONTROLPLANE", "nest-controlplane"), Etcd: binary(t, "NEST_ETCD", "nest-etcd")}
+}
+
+func binary(t *testing.T, env, cmd string) string {
+	if bin := os.Getenv(env); bin != "" {
 		return bin
 	}
-	bin := filepath.Join(t.TempDir(), "nest-controlplane")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/kubenest-io/kubenest/cmd/nest-controlplane")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building nest-controlplane: %v\n%s", err, out)
+	bin := filepath.Join(t.TempDir(), cmd)
+	build := exec.Command("go", "build", "-o", bin, "github.com/kubenest-io/kubenest/cmd/"+cmd)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v\n%s", cmd, err, out)
 	}
 	return bin
 }
@@ -261,9 +272,9 @@ type Process struct {
 	done chan struct{}
 }
 
-func startProcess(t *testing.T, bin, name string, args []string) *Process {
+func startProcess(t *testing.T, name, bin string, args []string) *Process {
 	p := &Process{Name: name, log: &syncWriter{b: &bytes.Buffer{}}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{name}, args...)...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)

@@ -21,6 +21,8 @@ import (
 const (
 	// BinaryPath is the nest-controlplane binary in the image.
 	BinaryPath = "/usr/local/bin/nest-controlplane"
+	// EtcdBinaryPath is the nest-etcd binary in the image.
+	EtcdBinaryPath = "/usr/local/bin/nest-etcd"
 	// PKIDir is where the control-plane pod mounts its certificates Secret.
 	PKIDir = "/etc/kubenest/pki"
 	// KubeletSignerDir is where the controller-manager mounts the kubelet signer.
@@ -87,7 +89,7 @@ func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) 
 		Name:            ContainerEtcd,
 		Image:           s.Image,
 		ImagePullPolicy: s.ImagePullPolicy,
-		Command:         []string{BinaryPath, "etcd"},
+		Command:         []string{EtcdBinaryPath},
 		Args:            args(flags, nil),
 		Env: append([]corev1.EnvVar{{
 			Name:      "POD_NAME",

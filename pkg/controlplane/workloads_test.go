@@ -259,7 +259,7 @@ func TestEtcdStatefulSetPod(t *testing.T) {
 	if _, ok := c.Resources.Requests[corev1.ResourceCPU]; !ok {
 		t.Error("no default CPU request")
 	}
-	if c.Image != controlplane.DefaultSettings().Image || !slices.Equal(c.Command, []string{controlplane.BinaryPath, "etcd"}) {
+	if c.Image != controlplane.DefaultSettings().Image || !slices.Equal(c.Command, []string{controlplane.EtcdBinaryPath}) {
 		t.Errorf("image %q command %q", c.Image, c.Command)
 	}
 	for name, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "readiness": c.ReadinessProbe, "liveness": c.LivenessProbe} {

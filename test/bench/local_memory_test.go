@@ -38,7 +38,7 @@ func TestIdleProcessMemory(t *testing.T) {
 		idle = d
 	}
 	only := os.Getenv("BENCH_VARIANTS") // comma-separated names; empty: all
-	bin := testtenant.Binary(t)
+	bin := testtenant.Binaries(t)
 	variants := []struct {
 		name      string
 		env       map[string]string

@@ -20,7 +20,7 @@ import (
 //
 //	go test -tags benchlocal -run TestStartupChecks -v ./test/bench/
 func TestStartupChecks(t *testing.T) {
-	bin := testtenant.Binary(t)
+	bin := testtenant.Binaries(t)
 	tenant, cfg := testtenant.RunStandalone(t, bin, testtenant.VirtualCluster("bench", "6b1f7a52-0000-4000-8000-0000000000b2"))
 	cfg.Timeout = time.Second
 	rest := kubernetes.NewForConfigOrDie(cfg).CoreV1().RESTClient()

@@ -22,7 +22,7 @@ import (
 )
 
 func TestControlPlaneProcesses(t *testing.T) {
-	bin := testtenant.Binary(t)
+	bin := testtenant.Binaries(t)
 	vc := testtenant.VirtualCluster("smoke", "6b1f7a52-0000-4000-8000-000000000001")
 	// The operator's material (authorities, leaves, the Secrets the pods mount) and the admin
 	// kubeconfig, as the operator writes it, for this machine's endpoint.

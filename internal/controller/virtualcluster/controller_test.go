@@ -317,7 +317,7 @@ func TestLifecycle(t *testing.T) {
 		if err := c.Get(ctx, key(vc.Name), got); err != nil {
 			t.Fatal(err)
 		}
-		tenant := testtenant.Run(t, testtenant.Binary(t), got, controlplane.DefaultSettings(),
+		tenant := testtenant.Run(t, testtenant.Binaries(t), got, controlplane.DefaultSettings(),
 			secret(t, ctx, c, names.EtcdCertsSecret()), secret(t, ctx, c, names.ControlPlaneCertsSecret()),
 			secret(t, ctx, c, names.KubeletSignerSecret()))
 		routes.set(fmt.Sprintf("%s.%s.svc:6443", names.APIServerService(), ns), tenant.APIServerAddress)

@@ -279,7 +279,7 @@ func runTenant(t *testing.T, ctx context.Context, c client.Client, vc *v1alpha1.
 	if err := c.Get(ctx, key(vc.Name), got); err != nil {
 		t.Fatal(err)
 	}
-	tn := testtenant.Run(t, testtenant.Binary(t), got, controlplane.DefaultSettings(),
+	tn := testtenant.Run(t, testtenant.Binaries(t), got, controlplane.DefaultSettings(),
 		secret(t, ctx, c, names.EtcdCertsSecret()), secret(t, ctx, c, names.ControlPlaneCertsSecret()),
 		secret(t, ctx, c, names.KubeletSignerSecret()))
 	routes.set(fmt.Sprintf("%s.%s.svc:6443", names.APIServerService(), ns), tn.APIServerAddress)

@@ -36,7 +36,7 @@ type config struct {
 	runDir   string // sockets and runtime state
 	outDir   string // kubeconfig and logs for people: _output
 	kubeBin  string // kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl
-	etcdBin  string // nest-controlplane, whose "etcd" subcommand is embedded etcd
+	etcdBin  string // nest-etcd: embedded etcd
 	agentBin string // node-agent, which runs each node's kubelet
 	// certManager, when set, is test/e2e/certmanager: cert-manager's controllers, test-only.
 	certManager     string
@@ -66,7 +66,7 @@ func main() {
 	fs.StringVar(&cfg.runDir, "run-dir", "/run/kubenest-local", "Sockets and runtime state of the cluster.")
 	fs.StringVar(&cfg.outDir, "output", "_output", "Where the host kubeconfig (host.kubeconfig) and the logs (local/logs) go.")
 	fs.StringVar(&cfg.kubeBin, "kube-bin", "", "Directory of kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and kubectl.")
-	fs.StringVar(&cfg.etcdBin, "nest-controlplane", "", "nest-controlplane binary; its etcd subcommand runs the host's etcd.")
+	fs.StringVar(&cfg.etcdBin, "nest-etcd", "", "nest-etcd binary: it runs the host's etcd.")
 	fs.StringVar(&cfg.agentBin, "node-agent", "", "node-agent binary; it runs each node's kubelet.")
 	fs.StringVar(&cfg.certManager, "cert-manager", "", "Test-only cert-manager program (test/e2e/certmanager) to run against the cluster; empty runs none.")
 	fs.StringVar(&cfg.certManagerCRDs, "cert-manager-crds", "", "Directory of cert-manager's CRDs, for --cert-manager.")
@@ -97,7 +97,7 @@ func main() {
 	switch cmd {
 	case "up":
 		if cfg.kubeBin == "" || cfg.etcdBin == "" || cfg.agentBin == "" || cfg.kubeProxyImage == "" {
-			fatalf("--kube-bin, --nest-controlplane, --node-agent and --kube-proxy-image are required")
+			fatalf("--kube-bin, --nest-etcd, --node-agent and --kube-proxy-image are required")
 		}
 		err = up(ctx, cfg)
 	case "load":

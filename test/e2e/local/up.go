@@ -165,7 +165,7 @@ func (c config) network(nodes []node) error {
 
 func (c config) startAPIServer(ctx context.Context) error {
 	pki := func(f string) string { return filepath.Join(c.pkiDir(), f) }
-	if err := c.startProcess("etcd", "", c.etcdBin, "etcd",
+	if err := c.startProcess("etcd", "", c.etcdBin,
 		"--name=local", "--data-dir="+filepath.Join(c.stateDir, "etcd"),
 		"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
 		"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",

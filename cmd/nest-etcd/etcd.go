@@ -6,50 +6,33 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
-	"os/signal"
-	"syscall"
+	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/pkg/v3/flags"
 	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/klog/v2"
 )
 
-// newEtcdCommand runs an etcd member through go.etcd.io/etcd/server/v3/embed, with etcd's own
-// flags (those embed.Config registers, plus --initial-cluster-state).
-func newEtcdCommand() *cobra.Command {
-	return &cobra.Command{
-		Short:              "etcd member",
-		DisableFlagParsing: true,
-		SilenceUsage:       true,
-		RunE: func(_ *cobra.Command, args []string) error {
-			cfg, waitDNS, err := parseEtcdFlags(args)
-			if errors.Is(err, flag.ErrHelp) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return runEtcd(ctx, cfg, waitDNS)
-		},
-	}
-}
-
+// parseEtcdFlags reads etcd's own flags (those embed.Config registers, plus
+// --initial-cluster-state) and --wait-for-dns; --help prints them all.
 func parseEtcdFlags(args []string) (*embed.Config, time.Duration, error) {
 	cfg := embed.NewConfig()
-	fs := flag.NewFlagSet("nest-controlplane etcd", flag.ContinueOnError)
+	fs := flag.NewFlagSet("nest-etcd", flag.ContinueOnError)
 	cfg.AddFlags(fs)
 	state := flags.NewSelectiveStringValue(embed.ClusterStateFlagNew, embed.ClusterStateFlagExisting)
 	fs.Var(state, "initial-cluster-state", "Initial cluster state ('new' when bootstrapping a new cluster or 'existing' when adding new members to an existing cluster). After successful initialization (bootstrapping or adding), flag is ignored on restarts.")
 	waitDNS := fs.Duration("wait-for-dns", 2*time.Minute, "How long a member of a cluster of several waits, before starting, for the host names of --initial-advertise-peer-urls to resolve (a StatefulSet pod's DNS record appears shortly after the pod); 0 does not wait. A lone member never waits: it talks to no peer. Not an upstream etcd flag.")
+	fs.SetOutput(io.Discard) // errors are returned, --help printed by printFlags
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printFlags(os.Stdout, fs)
+		}
 		return nil, 0, err
 	}
 	if fs.NArg() != 0 {
@@ -100,6 +83,21 @@ func parseEtcdFlags(args []string) (*embed.Config, time.Duration, error) {
 		return nil, 0, err
 	}
 	return cfg, *waitDNS, nil
+}
+
+// printFlags prints the flags of fs, each with its default and help. (The flag package's own
+// listing would also print the result of a panic that etcd's --feature-gates flag causes
+// there.)
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: nest-etcd [flags]\n\nRuns one etcd member (go.etcd.io/etcd/server/v3/embed) with etcd's own flags, and --wait-for-dns:\n\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		fmt.Fprintf(w, "  --%s", f.Name)
+		if f.DefValue != "" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "\n      %s\n", strings.ReplaceAll(f.Usage, "\n", "\n      "))
+	})
+	fmt.Fprintf(w, "\n--version prints the version.\n")
 }
 
 func runEtcd(ctx context.Context, cfg *embed.Config, waitDNS time.Duration) error {

@@ -50,9 +50,19 @@ func main() {
 	cmd.Use = "nest-controlplane " + os.Args[1]
 	cmd.SetArgs(os.Args[2:])
 	if sub.tenant {
-		idlegc.Start(context.Background())
+		paceWhenRun(cmd)
 	}
 	os.Exit(cli.Run(cmd))
+}
+
+// paceWhenRun starts the collector's pacing (idlegc) when cmd runs its component, not for
+// --help or a flag error, where its start-up log line would land in the help text.
+func paceWhenRun(cmd *cobra.Command) {
+	run := cmd.RunE
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		idlegc.Start(context.Background())
+		return run(c, args)
+	}
 }
 
 func usage(w *os.File) {

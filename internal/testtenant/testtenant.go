@@ -1,8 +1,7 @@
 // Package testtenant runs a tenant's control plane as local processes of nest-etcd and
-// nest-controlplane,
-// from the Secrets and flags the operator generates, for tests that need a real tenant
-// without a real host cluster. Only what makes sense solely inside a pod is changed: mount
-// paths become directories, pod and Service DNS names become loopback ports.
+// nest-controlplane, from the Secrets and flags the operator generates, for tests that need a
+// real tenant without a real host cluster. Only what makes sense solely inside a pod is
+// changed: mount paths become directories, pod and Service DNS names become loopback ports.
 package testtenant
 
 import (
@@ -321,19 +320,29 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 // RSSKiB is the process's resident memory.
 func (p *Process) RSSKiB() int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	st, _ := p.MemoryKiB()
+	return st["VmRSS"]
+}
+
+// MemoryKiB reads the memory lines of the process's /proc/<pid>/status (VmRSS, RssAnon, ...),
+// in KiB.
+func (p *Process) MemoryKiB() (map[string]int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.Pid()))
 	if err != nil {
-		return 0
+		return nil, err
 	}
 	defer f.Close()
+	out := map[string]int64{}
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
+		k, v, ok := strings.Cut(s.Text(), ":")
+		if !ok || !strings.HasSuffix(v, " kB") {
+			continue
 		}
+		n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(v, " kB")), 10, 64)
+		out[k] = n
 	}
-	return 0
+	return out, s.Err()
 }
 
 // syncWriter lets a process write its log while the test reads it.

@@ -376,7 +376,8 @@ func withDefaultRequests(r corev1.ResourceRequirements, cpu, mem string) corev1.
 // before collecting, Go's default, costs an idle tenant some 50 MiB for nothing (apiserver
 // 36, etcd 6, controller-manager 4, scheduler 2, measured by TestIdleProcessMemory). At 50 the
 // heap grows by half; a busy component collects a little more often. 50 is the ceiling: while
-// a component allocates little, nest-controlplane lowers its GOGC further (internal/idlegc).
+// a component allocates little, nest-controlplane and nest-etcd lower its GOGC further
+// (internal/idlegc).
 //
 // GOMEMLIMIT is the container's memory limit, so that the component collects harder as it nears
 // the limit instead of being killed there. Without a limit the Downward API gives the node's

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -107,7 +106,10 @@ func TestIdleProcessMemory(t *testing.T) {
 				if p.Exited() {
 					t.Fatalf("%s exited:\n%s", p.Name, p.Tail())
 				}
-				st := procStatus(t, p)
+				st, err := p.MemoryKiB()
+				if err != nil {
+					t.Fatalf("%s: %v", p.Name, err)
+				}
 				anon += st["RssAnon"]
 				rss += st["VmRSS"]
 				milli := float64(cpuTicks(t, p)-cpuBefore[p.Name]) * 1000 / clockTicks / idleFor.Seconds()
@@ -137,25 +139,4 @@ func cpuTicks(t *testing.T, p *testtenant.Process) int64 {
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	return utime + stime
-}
-
-// procStatus reads the memory lines of /proc/<pid>/status, in KiB, of the process this test
-// started for p.
-func procStatus(t *testing.T, p *testtenant.Process) map[string]int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.Pid()))
-	if err != nil {
-		t.Fatalf("no process for %s: %v", p.Name, err)
-	}
-	defer f.Close()
-	out := map[string]int64{}
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		k, v, ok := strings.Cut(s.Text(), ":")
-		if !ok || !strings.HasSuffix(v, " kB") {
-			continue
-		}
-		n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(v, " kB")), 10, 64)
-		out[k] = n
-	}
-	return out
 }

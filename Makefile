@@ -4,8 +4,12 @@ SHELL := /usr/bin/env bash -o pipefail
 .SHELLFLAGS := -ec
 .DEFAULT_GOAL := help
 
-# Version of this build: the image tag and what `--version` prints.
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Version of this build: the image tag and what `--version` prints. Read once (not `?=`, which
+# would run git at every use): a file edited while `make up` runs must not give the chart a tag
+# other than the image's.
+ifeq ($(origin VERSION),undefined)
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+endif
 # Kubernetes version the components are built from; must match go.mod.
 KUBE_VERSION := v1.36.3
 

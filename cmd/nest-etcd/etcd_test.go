@@ -56,3 +56,26 @@ func TestLoneEtcdMemberDoesNotWaitForItsName(t *testing.T) {
 		t.Errorf("etcd: %v", err)
 	}
 }
+
+// A lone member leads sooner: its election timeout defaults to loneElectionMs, unless set;
+// members of several keep etcd's default.
+func TestLoneMemberElectionTimeout(t *testing.T) {
+	base := []string{"--name=m0", "--data-dir=" + t.TempDir(), "--initial-advertise-peer-urls=http://m0:2380"}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want uint
+	}{
+		{"lone", []string{"--initial-cluster=m0=http://m0:2380"}, loneElectionMs},
+		{"lone, set", []string{"--initial-cluster=m0=http://m0:2380", "--election-timeout=2000"}, 2000},
+		{"three", []string{"--initial-cluster=m0=http://m0:2380,m1=http://m1:2380,m2=http://m2:2380"}, 1000},
+	} {
+		cfg, _, err := parseEtcdFlags(append(base, tt.args...))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if cfg.ElectionMs != tt.want {
+			t.Errorf("%s: election timeout %d ms, want %d", tt.name, cfg.ElectionMs, tt.want)
+		}
+	}
+}

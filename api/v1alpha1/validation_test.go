@@ -102,6 +102,14 @@ func TestValidation(t *testing.T) {
 			{name: "owned scheduler flag", vc: vc("owned-sched", func(v *v1alpha1.VirtualCluster) {
 				v.Spec.ControlPlane.Scheduler.ExtraArgs = map[string]string{"kubeconfig": "/x"}
 			}), errHas: []string{"spec.controlPlane.scheduler", "flag --kubeconfig is set by the operator"}},
+			{name: "a process flag of the controller-manager and the scheduler set to two values", vc: vc("process-flag", func(v *v1alpha1.VirtualCluster) {
+				v.Spec.ControlPlane.ControllerManager.ExtraArgs = map[string]string{"v": "4", "profiling": "true"}
+				v.Spec.ControlPlane.Scheduler.ExtraArgs = map[string]string{"v": "2", "profiling": "false"}
+			}), errHas: []string{"spec.controlPlane", "set --v differently", "one process"}},
+			{name: "a process flag set to the same value twice", vc: vc("process-flag-same", func(v *v1alpha1.VirtualCluster) {
+				v.Spec.ControlPlane.ControllerManager.ExtraArgs = map[string]string{"v": "4", "profiling": "true"}
+				v.Spec.ControlPlane.Scheduler.ExtraArgs = map[string]string{"v": "4", "profiling": "false"}
+			})},
 			{name: "flag with dashes", vc: vc("dashes", func(v *v1alpha1.VirtualCluster) {
 				v.Spec.ControlPlane.APIServer.ExtraArgs = map[string]string{"--v": "2"}
 			}), errHas: []string{"spec.controlPlane.apiServer.extraArgs", "flag names without leading dashes"}},

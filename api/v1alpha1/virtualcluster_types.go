@@ -103,6 +103,7 @@ type IssuerReference struct {
 }
 
 // ControlPlaneSpec configures the control-plane pods.
+// +kubebuilder:validation:XValidation:rule="!(has(self.controllerManager) && has(self.controllerManager.extraArgs) && has(self.scheduler) && has(self.scheduler.extraArgs)) || !['allow-metric-labels','allow-metric-labels-manifest','disabled-metrics','emulated-version','feature-gates','log-flush-frequency','log-json-info-buffer-size','log-json-split-stream','log-text-info-buffer-size','log-text-split-stream','logging-format','min-compatibility-version','show-hidden-metrics-for-version','v','vmodule'].exists(k, k in self.controllerManager.extraArgs && k in self.scheduler.extraArgs && self.controllerManager.extraArgs[k] != self.scheduler.extraArgs[k])",messageExpression="'controllerManager.extraArgs and scheduler.extraArgs set --' + ['allow-metric-labels','allow-metric-labels-manifest','disabled-metrics','emulated-version','feature-gates','log-flush-frequency','log-json-info-buffer-size','log-json-split-stream','log-text-info-buffer-size','log-text-split-stream','logging-format','min-compatibility-version','show-hidden-metrics-for-version','v','vmodule'].filter(k, k in self.controllerManager.extraArgs && k in self.scheduler.extraArgs && self.controllerManager.extraArgs[k] != self.scheduler.extraArgs[k])[0] + ' differently: the controller-manager and the scheduler run in one process, which has one'"
 type ControlPlaneSpec struct {
 	// replicas is the number of control-plane pods. Each runs an apiserver; the
 	// controller-manager and scheduler in them elect a leader.
@@ -122,20 +123,27 @@ type ControlPlaneSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!has(self.extraArgs) || !self.extraArgs.exists(k, k in ['advertise-address','allow-privileged','authorization-mode','bind-address','cert-dir','client-ca-file','enable-bootstrap-token-auth','endpoint-reconciler-type','etcd-cafile','etcd-certfile','etcd-keyfile','etcd-servers','kubelet-client-certificate','kubelet-client-key','proxy-client-cert-file','proxy-client-key-file','requestheader-allowed-names','requestheader-client-ca-file','requestheader-extra-headers-prefix','requestheader-group-headers','requestheader-username-headers','secure-port','service-account-issuer','service-account-key-file','service-account-signing-key-file','service-cluster-ip-range','tls-cert-file','tls-private-key-file'])",messageExpression="'extraArgs: flag --' + self.extraArgs.filter(k, k in ['advertise-address','allow-privileged','authorization-mode','bind-address','cert-dir','client-ca-file','enable-bootstrap-token-auth','endpoint-reconciler-type','etcd-cafile','etcd-certfile','etcd-keyfile','etcd-servers','kubelet-client-certificate','kubelet-client-key','proxy-client-cert-file','proxy-client-key-file','requestheader-allowed-names','requestheader-client-ca-file','requestheader-extra-headers-prefix','requestheader-group-headers','requestheader-username-headers','secure-port','service-account-issuer','service-account-key-file','service-account-signing-key-file','service-cluster-ip-range','tls-cert-file','tls-private-key-file'])[0] + ' is set by the operator and cannot be overridden'"
 	APIServer ComponentSpec `json:"apiServer,omitzero"`
 
-	// controllerManager tunes the kube-controller-manager container.
+	// controllerManager tunes the kube-controller-manager. It runs in one process with the
+	// scheduler (the kube-controllers container, whose resources are the sums of both
+	// components'); flags of that process (--v, --vmodule, --feature-gates, the logging and
+	// metrics flags) set in either's extraArgs apply to both, and must not differ.
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="!has(self.extraArgs) || !self.extraArgs.exists(k, k in ['authentication-kubeconfig','authorization-kubeconfig','bind-address','cluster-signing-cert-file','cluster-signing-key-file','cluster-signing-kubelet-client-cert-file','cluster-signing-kubelet-client-key-file','kubeconfig','leader-elect','root-ca-file','secure-port','service-account-private-key-file','use-service-account-credentials'])",messageExpression="'extraArgs: flag --' + self.extraArgs.filter(k, k in ['authentication-kubeconfig','authorization-kubeconfig','bind-address','cluster-signing-cert-file','cluster-signing-key-file','cluster-signing-kubelet-client-cert-file','cluster-signing-kubelet-client-key-file','kubeconfig','leader-elect','root-ca-file','secure-port','service-account-private-key-file','use-service-account-credentials'])[0] + ' is set by the operator and cannot be overridden'"
 	ControllerManager ComponentSpec `json:"controllerManager,omitzero"`
 
-	// scheduler tunes the kube-scheduler container.
+	// scheduler tunes the kube-scheduler, which runs with the controller-manager (see
+	// controllerManager).
 	// +optional
 	// +kubebuilder:validation:XValidation:rule="!has(self.extraArgs) || !self.extraArgs.exists(k, k in ['authentication-kubeconfig','authorization-kubeconfig','bind-address','kubeconfig','leader-elect','secure-port'])",messageExpression="'extraArgs: flag --' + self.extraArgs.filter(k, k in ['authentication-kubeconfig','authorization-kubeconfig','bind-address','kubeconfig','leader-elect','secure-port'])[0] + ' is set by the operator and cannot be overridden'"
 	Scheduler ComponentSpec `json:"scheduler,omitzero"`
 }
 
-// ComponentSpec tunes one control-plane container.
+// ComponentSpec tunes one control-plane component.
 type ComponentSpec struct {
-	// resources of the container. Unset requests get small defaults sized for an idle tenant.
+	// resources of the component. Unset requests get small defaults sized for an idle tenant.
+	// The controller-manager and the scheduler share a container: it gets the sums of their
+	// requests, and a limit when either sets one (that limit plus the other's limit or,
+	// without one, its request).
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitzero"`
 

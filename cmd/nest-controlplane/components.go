@@ -16,25 +16,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
-	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
 // apiServerWait bounds how long the apiserver waits for etcd, and the controller-manager and
 // scheduler for the apiserver.
 const apiServerWait = 10 * time.Minute
-
-// The controller-manager and the scheduler wait until the apiserver their --kubeconfig points
-// at answers /readyz. Upstream, the controller-manager exits when it starts before the
-// apiserver has bootstrapped its RBAC roles, and its container then waits out a crash-loop
-// back-off; waiting here starts it as soon as the apiserver is ready.
-func newControllerManagerCommand() *cobra.Command {
-	return waitFirst(controllermanager.NewControllerManagerCommand(), "kubeconfig", waitForAPIServer)
-}
-
-func newSchedulerCommand() *cobra.Command {
-	return waitFirst(scheduler.NewSchedulerCommand(), "kubeconfig", waitForAPIServer)
-}
 
 // waitFirst makes cmd run wait(value of --flag) before it starts, unless the flag is empty or
 // only --version is asked for.

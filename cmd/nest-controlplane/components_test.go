@@ -58,3 +58,13 @@ func TestWaitForEtcd(t *testing.T) {
 		}
 	})
 }
+
+func TestControllersArguments(t *testing.T) {
+	if code := runControllers([]string{"--kubeconfig=/x"}); code != 2 {
+		t.Errorf("without \"--\": exit code %d, want 2", code)
+	}
+	// A flag error stops the process before anything starts.
+	if code := runControllers([]string{"--no-such-flag", "--"}); code != 1 {
+		t.Errorf("an unknown controller-manager flag: exit code %d, want 1", code)
+	}
+}

@@ -1,7 +1,8 @@
-// Command nest-controlplane runs one of a tenant's control-plane components: kube-apiserver,
-// kube-controller-manager or kube-scheduler, each embedded from its upstream package at the
-// version KubeNest is built with (etcd is nest-etcd). The operator runs it in the tenant's
-// pods; the flags after the subcommand are the upstream component's own.
+// Command nest-controlplane runs a tenant's control-plane components: kube-apiserver, and
+// kube-controller-manager and kube-scheduler (in one process, or each alone), embedded from
+// their upstream packages at the version KubeNest is built with (etcd is nest-etcd). The
+// operator runs it in the tenant's pods; the flags after the subcommand are the upstream
+// components' own.
 package main
 
 import (
@@ -18,21 +19,19 @@ import (
 	"github.com/kubenest-io/kubenest/pkg/version"
 )
 
-// subcommand builds the command of one component. Commands are built only when chosen: the
-// upstream apiserver and scheduler commands install signal handlers when they are built, which
-// may happen once per process.
+// A subcommand runs one component with the arguments after its name and returns the exit code.
 type subcommand struct {
 	summary string
-	build   func() *cobra.Command
-	tenant  bool // a tenant control-plane component: its collector is paced (idlegc)
+	run     func(name string, args []string) int
 }
 
 var subcommands = map[string]subcommand{
-	"apiserver":          {"kube-apiserver, with kube-apiserver's flags", newAPIServerCommand, true},
-	"controller-manager": {"kube-controller-manager, with its flags; waits for the apiserver first", newControllerManagerCommand, true},
-	"scheduler":          {"kube-scheduler, with its flags; waits for the apiserver first", newSchedulerCommand, true},
-	"kube-proxy":         {"kube-proxy, with its flags (on the nodes lent to a tenant)", newKubeProxyCommand, false},
-	"version":            {"print the version", newVersionCommand, false},
+	"apiserver":          {"kube-apiserver, with kube-apiserver's flags", tenantComponent(newAPIServerCommand)},
+	"controllers":        {"kube-controller-manager and kube-scheduler in one process, as the operator runs them", func(_ string, args []string) int { return runControllers(args) }},
+	"controller-manager": {"kube-controller-manager alone, with its flags; waits for the apiserver first", tenantComponent(newControllerManagerCommand)},
+	"scheduler":          {"kube-scheduler alone, with its flags; waits for the apiserver first", tenantComponent(newSchedulerCommand)},
+	"kube-proxy":         {"kube-proxy, with its flags (on the nodes lent to a tenant)", command(newKubeProxyCommand)},
+	"version":            {"print the version", command(newVersionCommand)},
 }
 
 func main() {
@@ -46,27 +45,38 @@ func main() {
 		usage(os.Stderr)
 		os.Exit(2)
 	}
-	cmd := sub.build()
-	cmd.Use = "nest-controlplane " + os.Args[1]
-	cmd.SetArgs(os.Args[2:])
-	if sub.tenant {
-		paceWhenRun(cmd)
-	}
-	os.Exit(cli.Run(cmd))
+	os.Exit(sub.run(os.Args[1], os.Args[2:]))
 }
 
-// paceWhenRun starts the collector's pacing (idlegc) when cmd runs its component, not for
-// --help or a flag error, where its start-up log line would land in the help text.
-func paceWhenRun(cmd *cobra.Command) {
-	run := cmd.RunE
-	cmd.RunE = func(c *cobra.Command, args []string) error {
-		idlegc.Start(context.Background())
-		return run(c, args)
+// command runs the cobra command build makes. Commands are built only when chosen: the
+// upstream apiserver command installs a signal handler when it is built, which may happen once
+// per process.
+func command(build func() *cobra.Command) func(name string, args []string) int {
+	return func(name string, args []string) int {
+		cmd := build()
+		cmd.Use = "nest-controlplane " + name
+		cmd.SetArgs(args)
+		return cli.Run(cmd)
 	}
+}
+
+// tenantComponent is command for a tenant control-plane component, whose collector is paced
+// while idle (idlegc) once it runs: not for --help or a flag error, where the pacing's
+// start-up log line would land in the help text.
+func tenantComponent(build func() *cobra.Command) func(name string, args []string) int {
+	return command(func() *cobra.Command {
+		cmd := build()
+		run := cmd.RunE
+		cmd.RunE = func(c *cobra.Command, args []string) error {
+			idlegc.Start(context.Background())
+			return run(c, args)
+		}
+		return cmd
+	})
 }
 
 func usage(w *os.File) {
-	fmt.Fprintf(w, "nest-controlplane runs one control-plane component of a KubeNest tenant.\n\n")
+	fmt.Fprintf(w, "nest-controlplane runs the control-plane components of a KubeNest tenant.\n\n")
 	fmt.Fprintf(w, "Usage: nest-controlplane <component> [flags of that component]\n\nComponents:\n")
 	names := make([]string, 0, len(subcommands))
 	for n := range subcommands {

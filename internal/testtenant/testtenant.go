@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,7 +98,8 @@ func RunStandalone(t *testing.T, bin Programs, vc *v1alpha1.VirtualCluster) (*Te
 	return tenant, cfg
 }
 
-// Run starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler for vc from the
+// Run starts etcd, kube-apiserver, and kube-controller-manager and kube-scheduler (one
+// process, as in the pod) for vc from the
 // etcd, control-plane certificate and kubelet signer Secrets, with the flags the operator's builders give the
 // pods. They stop when the test ends.
 func Run(t *testing.T, bin Programs, vc *v1alpha1.VirtualCluster, settings controlplane.Settings, etcdSecret, cpSecret, signerSecret *corev1.Secret) *Tenant {
@@ -136,19 +138,24 @@ func Run(t *testing.T, bin Programs, vc *v1alpha1.VirtualCluster, settings contr
 	for _, f := range []string{controlplane.KeyControllerManagerKubeconfig, controlplane.KeySchedulerKubeconfig} {
 		retarget(t, filepath.Join(cpDir, f), fmt.Sprintf("https://127.0.0.1:%d", apiPort))
 	}
-	kcmArgs := override(containers[controlplane.ContainerControllerManager], controlplane.PKIDir, cpDir, map[string]string{
+	// The controllers container runs both: the controller-manager's flags, "--", the scheduler's.
+	ctrl := containers[controlplane.ContainerControllers]
+	kcm, sched, ok := controlplane.SplitControllersArgs(ctrl)
+	if !ok {
+		t.Fatalf("controllers arguments %q do not have one \"--\"", ctrl)
+	}
+	kcmArgs := override(kcm, controlplane.PKIDir, cpDir, map[string]string{
 		"bind-address": "127.0.0.1", "secure-port": strconv.Itoa(FreePort(t)),
 	})
 	kcmArgs = override(kcmArgs, controlplane.KubeletSignerDir, signerDir, nil)
-	schedArgs := override(containers[controlplane.ContainerScheduler], controlplane.PKIDir, cpDir, map[string]string{
+	schedArgs := override(sched, controlplane.PKIDir, cpDir, map[string]string{
 		"bind-address": "127.0.0.1", "secure-port": strconv.Itoa(FreePort(t)),
 	})
 	tn := &Tenant{APIServerAddress: fmt.Sprintf("127.0.0.1:%d", apiPort), Started: time.Now()}
 	tn.Processes = []*Process{
 		startProcess(t, "etcd", bin.Etcd, etcdArgs),
 		startProcess(t, "apiserver", bin.ControlPlane, append([]string{"apiserver"}, apiArgs...)),
-		startProcess(t, "controller-manager", bin.ControlPlane, append([]string{"controller-manager"}, kcmArgs...)),
-		startProcess(t, "scheduler", bin.ControlPlane, append([]string{"scheduler"}, schedArgs...)),
+		startProcess(t, "controllers", bin.ControlPlane, slices.Concat([]string{"controllers"}, kcmArgs, []string{"--"}, schedArgs)),
 	}
 	return tn
 }
@@ -173,7 +180,7 @@ func (tn *Tenant) WaitReady(ctx context.Context, cfg *rest.Config) error {
 
 // Programs are the binaries a tenant's control plane runs.
 type Programs struct {
-	ControlPlane string // nest-controlplane: apiserver, controller-manager, scheduler
+	ControlPlane string // nest-controlplane: apiserver, controllers
 	Etcd         string // nest-etcd
 }
 

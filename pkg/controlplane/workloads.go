@@ -40,16 +40,17 @@ const (
 
 // Container names of the control-plane pod and of etcd.
 const (
-	ContainerAPIServer         = "kube-apiserver"
-	ContainerControllerManager = "kube-controller-manager"
-	ContainerScheduler         = "kube-scheduler"
-	ContainerEtcd              = "etcd"
+	ContainerAPIServer   = "kube-apiserver"
+	ContainerControllers = "kube-controllers" // kube-controller-manager and kube-scheduler
+	ContainerEtcd        = "etcd"
 )
 
 // EtcdStatefulSet runs the tenant's etcd members. Members find each other through the peer
 // Service's per-pod DNS names, talk TLS to each other and to clients, and require client
 // certificates signed by the tenant's etcd CA on both ports. certsHash is the ContentHash of
-// the etcd certificates Secret.
+// the etcd certificates Secret. A change to what this builds replaces every tenant's etcd pod
+// when the operator is upgraded, which empties members on ephemeral storage: prefer changing
+// nest-etcd's defaults.
 func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) *appsv1.StatefulSet {
 	names := naming.For(vc.Name)
 	spec := vc.Spec.Etcd
@@ -155,10 +156,11 @@ func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) 
 	}
 }
 
-// ControlPlaneDeployment runs the tenant's kube-apiserver, kube-controller-manager and
-// kube-scheduler together in each pod. The controller-manager and scheduler reach the apiserver
-// over the pod's loopback. certsHash is the ContentHash of the control-plane certificates
-// Secret. It returns an error when the spec asks for something it cannot do, naming the field.
+// ControlPlaneDeployment runs the tenant's kube-apiserver, and its kube-controller-manager and
+// kube-scheduler in one process (nest-controlplane controllers), together in each pod. The
+// controller-manager and scheduler reach the apiserver over the pod's loopback. certsHash is
+// the ContentHash of the control-plane certificates Secret. It returns an error when the spec
+// asks for something it cannot do, naming the field.
 func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) (*appsv1.Deployment, error) {
 	names := naming.For(vc.Name)
 	cp := vc.Spec.ControlPlane
@@ -179,23 +181,27 @@ func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash s
 			return nil, err
 		}
 	}
+	if err := shareProcessFlags(&kcm, &sched); err != nil {
+		return nil, err
+	}
 
 	certs := corev1.VolumeMount{Name: "certs", MountPath: PKIDir, ReadOnly: true}
 	tmp := corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"}
-	component := func(name, sub string, f Flags, res v1alpha1.ComponentSpec, cpu, mem string) corev1.Container {
+	component := func(name string, command []string, args []string, res corev1.ResourceRequirements) corev1.Container {
 		return corev1.Container{
 			Name:            name,
 			Image:           s.Image,
 			ImagePullPolicy: s.ImagePullPolicy,
-			Command:         []string{BinaryPath, sub},
-			Args:            f.Args(),
-			Resources:       withDefaultRequests(res.Resources, cpu, mem),
+			Command:         append([]string{BinaryPath}, command...),
+			Args:            args,
+			Resources:       res,
 			Env:             goRuntimeEnv(name),
 			SecurityContext: containerSecurityContext(),
 			VolumeMounts:    []corev1.VolumeMount{certs, tmp},
 		}
 	}
-	api := component(ContainerAPIServer, "apiserver", apiserver, cp.APIServer, "50m", "160Mi")
+	api := component(ContainerAPIServer, []string{"apiserver"}, apiserver.Args(),
+		withDefaultRequests(cp.APIServer.Resources, "50m", "160Mi"))
 	api.Env = append(api.Env, corev1.EnvVar{
 		Name:      "POD_IP",
 		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}},
@@ -205,18 +211,24 @@ func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash s
 	api.ReadinessProbe = httpProbe("/readyz", "https", corev1.URISchemeHTTPS, 3, 3)
 	api.LivenessProbe = httpProbe("/livez", "https", corev1.URISchemeHTTPS, 10, 6)
 
-	cm := component(ContainerControllerManager, "controller-manager", kcm, cp.ControllerManager, "20m", "64Mi")
-	cm.VolumeMounts = append(cm.VolumeMounts, corev1.VolumeMount{Name: "kubelet-signer", MountPath: KubeletSignerDir, ReadOnly: true})
-	cm.Ports = []corev1.ContainerPort{containerPort("kcm-https", ControllerManagerPort)}
+	// One process, two components: each keeps its flags and serving port; the process ends
+	// when either stops. Apart, the scheduler cost 15 MiB of package state and runtime; in the
+	// controller-manager's process, 1 (BENCHMARKS.md).
+	ctrl := component(ContainerControllers, []string{"controllers"},
+		slices.Concat(kcm.Args(), []string{controllersSeparator}, sched.Args()),
+		sumResources(withDefaultRequests(cp.ControllerManager.Resources, "20m", "64Mi"),
+			withDefaultRequests(cp.Scheduler.Resources, "10m", "32Mi")))
+	ctrl.VolumeMounts = append(ctrl.VolumeMounts, corev1.VolumeMount{Name: "kubelet-signer", MountPath: KubeletSignerDir, ReadOnly: true})
+	ctrl.Ports = []corev1.ContainerPort{
+		containerPort("kcm-https", ControllerManagerPort),
+		containerPort("sched-https", SchedulerPort),
+	}
 	// The controller-manager and the scheduler start once the apiserver is ready and have no
 	// startup or readiness probe: the pod's readiness, which puts it behind the apiserver
-	// Service, is the apiserver's alone and does not wait a second more for them. Their
-	// liveness probe allows two minutes, the apiserver's start included.
-	cm.LivenessProbe = httpProbe("/healthz", "kcm-https", corev1.URISchemeHTTPS, 10, 12)
-
-	sc := component(ContainerScheduler, "scheduler", sched, cp.Scheduler, "10m", "32Mi")
-	sc.Ports = []corev1.ContainerPort{containerPort("sched-https", SchedulerPort)}
-	sc.LivenessProbe = httpProbe("/healthz", "sched-https", corev1.URISchemeHTTPS, 10, 12)
+	// Service, is the apiserver's alone and does not wait a second more for them. The liveness
+	// probe (one per container) asks the controller-manager, and allows two minutes, the
+	// apiserver's start included; a scheduler that stops ends the process.
+	ctrl.LivenessProbe = httpProbe("/healthz", "kcm-https", corev1.URISchemeHTTPS, 10, 12)
 
 	labels := names.Labels(naming.ComponentControlPlane)
 	return &appsv1.Deployment{
@@ -235,7 +247,7 @@ func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash s
 				},
 			},
 			Template: podTemplate(labels, certsHash, corev1.PodSpec{
-				Containers: []corev1.Container{api, cm, sc, dnsContainer(s, []corev1.VolumeMount{certs})},
+				Containers: []corev1.Container{api, ctrl, dnsContainer(s, []corev1.VolumeMount{certs})},
 				Volumes: []corev1.Volume{
 					secretVolume("certs", names.ControlPlaneCertsSecret()),
 					secretVolume("kubelet-signer", names.KubeletSignerSecret()),
@@ -244,6 +256,20 @@ func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash s
 			}),
 		},
 	}, nil
+}
+
+// controllersSeparator parts the controller-manager's arguments from the scheduler's in the
+// controllers container (nest-controlplane controllers).
+const controllersSeparator = "--"
+
+// SplitControllersArgs splits the controllers container's arguments into the
+// controller-manager's and the scheduler's; ok is false unless they hold exactly one separator.
+func SplitControllersArgs(args []string) (cm, sched []string, ok bool) {
+	i := slices.Index(args, controllersSeparator)
+	if i < 0 || slices.Contains(args[i+1:], controllersSeparator) {
+		return nil, nil, false
+	}
+	return args[:i], args[i+1:], true
 }
 
 // Flags are a component's command-line flags in three layers: those the operator owns, which
@@ -269,16 +295,67 @@ func (f Flags) Args() []string {
 	return args(f.Owned, f.Defaults, f.Extra)
 }
 
-// OwnedFlagNames are, sorted per container, the flags the operator owns: what the
-// VirtualCluster CRD's validation rules reject in extraArgs.
+// OwnedFlagNames are, sorted per field of spec.controlPlane (apiServer, controllerManager,
+// scheduler), the flags the operator owns: what the VirtualCluster CRD's validation rules
+// reject in extraArgs.
 func OwnedFlagNames() map[string][]string {
 	vc := &v1alpha1.VirtualCluster{}
 	s := DefaultSettings()
 	return map[string][]string{
-		ContainerAPIServer:         slices.Sorted(maps.Keys(apiServerFlags(vc, s).Owned)),
-		ContainerControllerManager: slices.Sorted(maps.Keys(controllerManagerFlags(vc).Owned)),
-		ContainerScheduler:         slices.Sorted(maps.Keys(schedulerFlags(vc).Owned)),
+		"apiServer":         slices.Sorted(maps.Keys(apiServerFlags(vc, s).Owned)),
+		"controllerManager": slices.Sorted(maps.Keys(controllerManagerFlags(vc).Owned)),
+		"scheduler":         slices.Sorted(maps.Keys(schedulerFlags(vc).Owned)),
 	}
+}
+
+// processFlags are the flags of the controller-manager and the scheduler that configure their
+// process rather than the component: logging, feature gates and emulated version (one
+// registry per process), and metrics (one registry). The two run in one process, so these
+// must be the same on both sides (the CRD refuses two values, and so does shareProcessFlags
+// for a VirtualCluster admitted before that rule).
+var processFlags = []string{
+	"allow-metric-labels", "allow-metric-labels-manifest", "disabled-metrics", "emulated-version",
+	"feature-gates", "log-flush-frequency", "log-json-info-buffer-size", "log-json-split-stream",
+	"log-text-info-buffer-size", "log-text-split-stream", "logging-format",
+	"min-compatibility-version", "show-hidden-metrics-for-version", "v", "vmodule",
+}
+
+// ProcessFlagNames are processFlags, sorted: what the VirtualCluster CRD's rule on
+// spec.controlPlane refuses to see set differently for the controller-manager and the scheduler.
+func ProcessFlagNames() []string { return slices.Sorted(slices.Values(processFlags)) }
+
+// shareProcessFlags gives the controller-manager and the scheduler the same process flags:
+// one set in either's extraArgs applies to both; set differently in the two, it is an error
+// naming both fields.
+func shareProcessFlags(kcm, sched *Flags) error {
+	shared := map[string]string{}
+	for _, name := range processFlags {
+		a, inKCM := kcm.Extra[name]
+		b, inSched := sched.Extra[name]
+		switch {
+		case inKCM && inSched && a != b:
+			return fmt.Errorf("spec.controlPlane.scheduler.extraArgs: --%s=%s differs from --%s=%s in spec.controlPlane.controllerManager.extraArgs: "+
+				"the controller-manager and the scheduler run in one process, which has one --%s", name, b, name, a, name)
+		case inKCM:
+			shared[name] = a
+		case inSched:
+			shared[name] = b
+		}
+	}
+	// Copies: Extra is the VirtualCluster's own map.
+	kcm.Extra = withFlags(kcm.Extra, shared)
+	sched.Extra = withFlags(sched.Extra, shared)
+	return nil
+}
+
+// withFlags is a copy of m with add added.
+func withFlags(m, add map[string]string) map[string]string {
+	out := maps.Clone(m)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, add)
+	return out
 }
 
 // args merges layers of flags, later layers overriding earlier ones, into sorted arguments.
@@ -369,6 +446,49 @@ func withDefaultRequests(r corev1.ResourceRequirements, cpu, mem string) corev1.
 	return r
 }
 
+// sumResources are the requests and limits of two components run in one container: the sums
+// of their requests, and, for a resource that either limits, the sum of its limit and the
+// other's (or, when the other has none, the other's request).
+func sumResources(a, b corev1.ResourceRequirements) corev1.ResourceRequirements {
+	// What a component without a request is given: its limit (as the API server defaults it).
+	request := func(r corev1.ResourceRequirements, n corev1.ResourceName) resource.Quantity {
+		if q, ok := r.Requests[n]; ok {
+			return q
+		}
+		return r.Limits[n]
+	}
+	limit := func(r corev1.ResourceRequirements, n corev1.ResourceName) resource.Quantity {
+		if q, ok := r.Limits[n]; ok {
+			return q
+		}
+		return request(r, n)
+	}
+	names := map[corev1.ResourceName]bool{}
+	for _, list := range []corev1.ResourceList{a.Requests, a.Limits, b.Requests, b.Limits} {
+		for n := range list {
+			names[n] = true
+		}
+	}
+	out := corev1.ResourceRequirements{Requests: corev1.ResourceList{}}
+	for n := range names {
+		req := request(a, n).DeepCopy()
+		req.Add(request(b, n))
+		out.Requests[n] = req
+		_, limA := a.Limits[n]
+		_, limB := b.Limits[n]
+		if !limA && !limB {
+			continue
+		}
+		lim := limit(a, n).DeepCopy()
+		lim.Add(limit(b, n))
+		if out.Limits == nil {
+			out.Limits = corev1.ResourceList{}
+		}
+		out.Limits[n] = lim
+	}
+	return out
+}
+
 // goRuntimeEnv is the Go runtime's settings for a tenant component's container.
 //
 // GOGC=50: most of an idle component's heap is built once and kept (the apiserver's OpenAPI
@@ -377,7 +497,8 @@ func withDefaultRequests(r corev1.ResourceRequirements, cpu, mem string) corev1.
 // 36, etcd 6, controller-manager 4, scheduler 2, measured by TestIdleProcessMemory). At 50 the
 // heap grows by half; a busy component collects a little more often. 50 is the ceiling: while
 // a component allocates little, nest-controlplane and nest-etcd lower its GOGC further
-// (internal/idlegc).
+// (internal/idlegc). CoreDNS keeps Go's default: at 50 an idle one held 8.45 MiB instead of
+// 8.55 (BENCHMARKS.md).
 //
 // GOMEMLIMIT is the container's memory limit, so that the component collects harder as it nears
 // the limit instead of being killed there. Without a limit the Downward API gives the node's

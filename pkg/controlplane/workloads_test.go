@@ -289,6 +289,24 @@ func container(t *testing.T, spec corev1.PodSpec, name string) corev1.Container 
 	return corev1.Container{}
 }
 
+// componentArgs are one component's flags: the apiserver's container's arguments, or the
+// controller-manager's or the scheduler's side of the "--" in the controllers container.
+func componentArgs(t *testing.T, spec corev1.PodSpec, component string) []string {
+	t.Helper()
+	if component == "apiserver" {
+		return container(t, spec, controlplane.ContainerAPIServer).Args
+	}
+	args := container(t, spec, controlplane.ContainerControllers).Args
+	cm, sched, ok := controlplane.SplitControllersArgs(args)
+	if !ok {
+		t.Fatalf("controllers arguments %q, want one \"--\"", args)
+	}
+	if component == "controller-manager" {
+		return cm
+	}
+	return sched
+}
+
 func TestControlPlaneDeploymentContainers(t *testing.T) {
 	vc := newVC()
 	d := controlPlaneDeployment(t)
@@ -296,7 +314,7 @@ func TestControlPlaneDeploymentContainers(t *testing.T) {
 	for _, c := range d.Spec.Template.Spec.Containers {
 		names = append(names, c.Name)
 	}
-	if want := []string{controlplane.ContainerAPIServer, controlplane.ContainerControllerManager, controlplane.ContainerScheduler, controlplane.ContainerDNS}; !slices.Equal(names, want) {
+	if want := []string{controlplane.ContainerAPIServer, controlplane.ContainerControllers, controlplane.ContainerDNS}; !slices.Equal(names, want) {
 		t.Fatalf("containers %q, want %q", names, want)
 	}
 	secret, err := controlplane.ControlPlaneCertsSecret(vc, newAuthorities(t), mustLeaves(t, vc))
@@ -304,12 +322,13 @@ func TestControlPlaneDeploymentContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct {
+		component string
 		container string
 		command   string
 		want      map[string]string
 	}{
 		{
-			container: controlplane.ContainerAPIServer, command: "apiserver",
+			component: "apiserver", container: controlplane.ContainerAPIServer, command: "apiserver",
 			want: map[string]string{
 				"etcd-servers":             "https://tenant-etcd.tenants.svc:2379,https://tenant-etcd-0.tenant-etcd-peer.tenants.svc:2379",
 				"secure-port":              "6443",
@@ -321,7 +340,7 @@ func TestControlPlaneDeploymentContainers(t *testing.T) {
 			},
 		},
 		{
-			container: controlplane.ContainerControllerManager, command: "controller-manager",
+			component: "controller-manager", container: controlplane.ContainerControllers, command: "controllers",
 			want: map[string]string{
 				"kubeconfig":                controlplane.PKIDir + "/" + controlplane.KeyControllerManagerKubeconfig,
 				"leader-elect":              "true",
@@ -331,7 +350,7 @@ func TestControlPlaneDeploymentContainers(t *testing.T) {
 			},
 		},
 		{
-			container: controlplane.ContainerScheduler, command: "scheduler",
+			component: "scheduler", container: controlplane.ContainerControllers, command: "controllers",
 			want: map[string]string{
 				"kubeconfig":   controlplane.PKIDir + "/" + controlplane.KeySchedulerKubeconfig,
 				"leader-elect": "true",
@@ -339,10 +358,11 @@ func TestControlPlaneDeploymentContainers(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.container, func(t *testing.T) {
+		t.Run(tt.component, func(t *testing.T) {
 			c := container(t, d.Spec.Template.Spec, tt.container)
-			assertSortedArgs(t, c.Name, c.Args)
-			args := flagMap(t, c.Args)
+			own := componentArgs(t, d.Spec.Template.Spec, tt.component)
+			assertSortedArgs(t, tt.component, own)
+			args := flagMap(t, own)
 			for k, v := range tt.want {
 				if got, ok := args[k]; !ok || got != v {
 					t.Errorf("--%s = %q (set %v), want %q", k, got, ok, v)
@@ -380,31 +400,55 @@ func TestControlPlaneDeploymentExtraArgs(t *testing.T) {
 			"v": "2", "enable-admission-plugins": "NodeRestriction,AlwaysPullImages", "audit-log-maxage": "3",
 		}
 		vc.Spec.ControlPlane.ControllerManager.ExtraArgs = map[string]string{"controllers": "*", "v": "4"}
-		vc.Spec.ControlPlane.Scheduler.ExtraArgs = map[string]string{"profiling": "true"}
+		vc.Spec.ControlPlane.Scheduler.ExtraArgs = map[string]string{"profiling": "true", "feature-gates": "SchedulerQueueingHints=false"}
 	})
 	tests := []struct {
-		container string
+		component string
 		want      map[string]string
 	}{
-		{controlplane.ContainerAPIServer, map[string]string{"v": "2", "enable-admission-plugins": "NodeRestriction,AlwaysPullImages", "audit-log-maxage": "3", "profiling": "false"}},
-		{controlplane.ContainerControllerManager, map[string]string{"controllers": "*", "v": "4", "profiling": "false"}},
-		{controlplane.ContainerScheduler, map[string]string{"profiling": "true"}},
+		{"apiserver", map[string]string{"v": "2", "enable-admission-plugins": "NodeRestriction,AlwaysPullImages", "audit-log-maxage": "3", "profiling": "false", "feature-gates": ""}},
+		// The controller-manager and the scheduler share their process's flags (--v,
+		// --feature-gates), each keeps its own (--profiling).
+		{"controller-manager", map[string]string{"controllers": "*", "v": "4", "profiling": "false", "feature-gates": "SchedulerQueueingHints=false"}},
+		{"scheduler", map[string]string{"profiling": "true", "v": "4", "feature-gates": "SchedulerQueueingHints=false", "controllers": ""}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.container, func(t *testing.T) {
-			c := container(t, d.Spec.Template.Spec, tt.container)
-			assertSortedArgs(t, c.Name, c.Args)
-			args := flagMap(t, c.Args)
+		t.Run(tt.component, func(t *testing.T) {
+			args := componentArgs(t, d.Spec.Template.Spec, tt.component)
+			assertSortedArgs(t, tt.component, args)
+			got := flagMap(t, args)
 			for k, v := range tt.want {
-				if args[k] != v {
-					t.Errorf("--%s = %q, want %q", k, args[k], v)
+				if got[k] != v {
+					t.Errorf("--%s = %q, want %q", k, got[k], v)
 				}
 			}
 		})
 	}
-	// Extra args of one component do not leak into another.
-	if args := flagMap(t, container(t, d.Spec.Template.Spec, controlplane.ContainerScheduler).Args); args["v"] != "" {
-		t.Errorf("scheduler got --v=%s from another component", args["v"])
+}
+
+// The controller-manager and the scheduler run in one process: a process flag set to two
+// values is refused, naming both fields, and the VirtualCluster is left as it was.
+func TestControlPlaneDeploymentProcessFlagsDiffer(t *testing.T) {
+	vc := newVC(func(vc *v1alpha1.VirtualCluster) {
+		vc.Spec.ControlPlane.ControllerManager.ExtraArgs = map[string]string{"v": "4"}
+		vc.Spec.ControlPlane.Scheduler.ExtraArgs = map[string]string{"v": "2", "profiling": "true"}
+	})
+	_, err := controlplane.ControlPlaneDeployment(vc, controlplane.DefaultSettings(), "")
+	if err == nil {
+		t.Fatal("no error for --v=4 and --v=2")
+	}
+	for _, want := range []string{"spec.controlPlane.scheduler.extraArgs", "spec.controlPlane.controllerManager.extraArgs", "--v=2", "--v=4", "one process"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	// The same value on both sides is fine, and neither map is changed by sharing.
+	vc.Spec.ControlPlane.Scheduler.ExtraArgs["v"] = "4"
+	if _, err := controlplane.ControlPlaneDeployment(vc, controlplane.DefaultSettings(), ""); err != nil {
+		t.Fatal(err)
+	}
+	if len(vc.Spec.ControlPlane.ControllerManager.ExtraArgs) != 1 || len(vc.Spec.ControlPlane.Scheduler.ExtraArgs) != 2 {
+		t.Errorf("extraArgs changed: %v, %v", vc.Spec.ControlPlane.ControllerManager.ExtraArgs, vc.Spec.ControlPlane.Scheduler.ExtraArgs)
 	}
 }
 
@@ -564,11 +608,8 @@ func TestControlPlaneDeploymentResources(t *testing.T) {
 				}
 			}
 			// The other containers get their own defaults, and the VirtualCluster is untouched.
-			for _, c := range []string{controlplane.ContainerControllerManager, controlplane.ContainerScheduler} {
-				res := container(t, d.Spec.Template.Spec, c).Resources
-				if len(res.Requests) != 2 || len(res.Limits) != 0 {
-					t.Errorf("%s resources %+v, want default requests only", c, res)
-				}
+			if res := container(t, d.Spec.Template.Spec, controlplane.ContainerControllers).Resources; len(res.Requests) != 2 || len(res.Limits) != 0 {
+				t.Errorf("controllers resources %+v, want default requests only", res)
 			}
 			if len(vc.Spec.ControlPlane.APIServer.Resources.Requests) != len(before.Spec.ControlPlane.APIServer.Resources.Requests) {
 				t.Error("ControlPlaneDeployment changed the VirtualCluster's resources")
@@ -577,9 +618,9 @@ func TestControlPlaneDeploymentResources(t *testing.T) {
 	}
 }
 
-// TestOwnedFlagNamesMatchCRD keeps the flags the builders own and the flags the CRD's rules
-// forbid in extraArgs the same lists.
-func TestOwnedFlagNamesMatchCRD(t *testing.T) {
+// controlPlaneSchema is the schema of spec.controlPlane in the VirtualCluster CRD.
+func controlPlaneSchema(t *testing.T) apiextensionsv1.JSONSchemaProps {
+	t.Helper()
 	raw, err := os.ReadFile("../../charts/kubenest/crds/kubenest.io_virtualclusters.yaml")
 	if err != nil {
 		t.Fatalf("reading the CRD: %v", err)
@@ -591,22 +632,30 @@ func TestOwnedFlagNamesMatchCRD(t *testing.T) {
 	if len(crd.Spec.Versions) == 0 || crd.Spec.Versions[0].Schema == nil {
 		t.Fatal("CRD has no schema")
 	}
-	cp := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["controlPlane"]
-	owned := controlplane.OwnedFlagNames()
-	tests := []struct {
-		field     string
-		container string
-	}{
-		{"apiServer", controlplane.ContainerAPIServer},
-		{"controllerManager", controlplane.ContainerControllerManager},
-		{"scheduler", controlplane.ContainerScheduler},
+	return crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["controlPlane"]
+}
+
+// listedNames are the names of a CEL list's text between its brackets: 'a','b'.
+func listedNames(list string) []string {
+	var names []string
+	for _, s := range strings.Split(list, ",") {
+		names = append(names, strings.Trim(strings.TrimSpace(s), `'"`))
 	}
+	return names
+}
+
+// TestOwnedFlagNamesMatchCRD keeps the flags the builders own and the flags the CRD's rules
+// forbid in extraArgs the same lists.
+func TestOwnedFlagNamesMatchCRD(t *testing.T) {
+	cp := controlPlaneSchema(t)
+	owned := controlplane.OwnedFlagNames()
+	fields := []string{"apiServer", "controllerManager", "scheduler"}
 	list := regexp.MustCompile(`k in \[([^\]]*)\]`)
-	for _, tt := range tests {
-		t.Run(tt.field, func(t *testing.T) {
-			schema, ok := cp.Properties[tt.field]
+	for _, field := range fields {
+		t.Run(field, func(t *testing.T) {
+			schema, ok := cp.Properties[field]
 			if !ok {
-				t.Fatalf("CRD has no spec.controlPlane.%s", tt.field)
+				t.Fatalf("CRD has no spec.controlPlane.%s", field)
 			}
 			var found [][]string
 			for _, v := range schema.XValidations {
@@ -615,30 +664,49 @@ func TestOwnedFlagNamesMatchCRD(t *testing.T) {
 					if m == nil {
 						continue
 					}
-					var names []string
-					for _, s := range strings.Split(m[1], ",") {
-						names = append(names, strings.Trim(strings.TrimSpace(s), `'"`))
-					}
-					found = append(found, names)
+					found = append(found, listedNames(m[1]))
 				}
 			}
 			if len(found) == 0 {
-				t.Fatalf("no rule of spec.controlPlane.%s lists flags", tt.field)
+				t.Fatalf("no rule of spec.controlPlane.%s lists flags", field)
 			}
-			want := owned[tt.container]
+			want := owned[field]
 			if len(want) == 0 {
-				t.Fatalf("OwnedFlagNames has nothing for %s", tt.container)
+				t.Fatalf("OwnedFlagNames has nothing for %s", field)
 			}
 			for _, names := range found {
 				if !sameSet(names, want) {
 					t.Errorf("CRD rule on spec.controlPlane.%s lists %q\nbut the operator owns %q\nonly in the CRD: %q\nonly in Go: %q",
-						tt.field, names, want, minus(names, want), minus(want, names))
+						field, names, want, minus(names, want), minus(want, names))
 				}
 			}
 		})
 	}
-	if len(owned) != len(tests) {
-		t.Errorf("OwnedFlagNames covers %d containers, want %d", len(owned), len(tests))
+	if len(owned) != len(fields) {
+		t.Errorf("OwnedFlagNames covers %d fields, want %d", len(owned), len(fields))
+	}
+}
+
+// TestProcessFlagNamesMatchCRD keeps the process flags the builder shares and the flags the
+// CRD's rule on spec.controlPlane compares the same list.
+func TestProcessFlagNamesMatchCRD(t *testing.T) {
+	cp := controlPlaneSchema(t)
+	list := regexp.MustCompile(`\[('[^\]]*')\]`) // a list of quoted flag names
+	want := controlplane.ProcessFlagNames()
+	found := 0
+	for _, v := range cp.XValidations {
+		for _, text := range []string{v.Rule, v.MessageExpression} {
+			for _, m := range list.FindAllStringSubmatch(text, -1) {
+				names := listedNames(m[1])
+				found++
+				if !sameSet(names, want) {
+					t.Errorf("CRD rule on spec.controlPlane lists %q\nbut the builder shares %q", names, want)
+				}
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no rule of spec.controlPlane lists the process flags")
 	}
 }
 
@@ -724,7 +792,7 @@ func TestGoRuntimeSettings(t *testing.T) {
 	containers = append(containers, controlplane.EtcdStatefulSet(newVC(), controlplane.DefaultSettings(), "").Spec.Template.Spec.Containers...)
 	for _, c := range containers {
 		if c.Name == controlplane.ContainerDNS {
-			continue
+			continue // CoreDNS: its default (BENCHMARKS.md)
 		}
 		var ref *corev1.ResourceFieldSelector
 		gogc := ""
@@ -742,5 +810,37 @@ func TestGoRuntimeSettings(t *testing.T) {
 		if ref == nil || ref.ContainerName != c.Name || ref.Resource != "limits.memory" {
 			t.Errorf("%s: GOMEMLIMIT from %+v, want its own limits.memory", c.Name, ref)
 		}
+	}
+}
+
+// The controllers container has the sums of the controller-manager's and the scheduler's
+// resources; a limit on one bounds the container at that limit plus the other's request.
+func TestControlPlaneDeploymentControllersResources(t *testing.T) {
+	q := resource.MustParse
+	d := controlPlaneDeployment(t, func(vc *v1alpha1.VirtualCluster) {
+		vc.Spec.ControlPlane.ControllerManager.Resources = corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{corev1.ResourceMemory: q("256Mi")},
+		}
+		vc.Spec.ControlPlane.Scheduler.Resources = corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceMemory: q("40Mi")},
+		}
+	})
+	res := container(t, d.Spec.Template.Spec, controlplane.ContainerControllers).Resources
+	for _, c := range []struct {
+		what string
+		list corev1.ResourceList
+		name corev1.ResourceName
+		want string
+	}{
+		{"cpu request (defaults 20m + 10m)", res.Requests, corev1.ResourceCPU, "30m"},
+		{"memory request (limit 256Mi as request + 40Mi)", res.Requests, corev1.ResourceMemory, "296Mi"},
+		{"memory limit (256Mi + the scheduler's request)", res.Limits, corev1.ResourceMemory, "296Mi"},
+	} {
+		if got, ok := c.list[c.name]; !ok || got.Cmp(q(c.want)) != 0 {
+			t.Errorf("%s: %s, want %s", c.what, got.String(), c.want)
+		}
+	}
+	if _, ok := res.Limits[corev1.ResourceCPU]; ok {
+		t.Errorf("cpu limit %v, want none: neither component has one", res.Limits)
 	}
 }

@@ -23,8 +23,8 @@ import (
 
 // components of a tenant, by container name, in the order the table shows them.
 var components = []string{
-	controlplane.ContainerEtcd, controlplane.ContainerAPIServer, controlplane.ContainerControllerManager,
-	controlplane.ContainerScheduler, controlplane.ContainerDNS,
+	controlplane.ContainerEtcd, controlplane.ContainerAPIServer, controlplane.ContainerControllers,
+	controlplane.ContainerDNS,
 }
 
 // usage is one container's memory and CPU.

@@ -81,15 +81,16 @@ func TestControlPlaneProcesses(t *testing.T) {
 		return err == nil && len(pods.Items) == 2, nil
 	})
 	if err != nil {
-		t.Fatalf("the tenant's controller-manager did not create the ReplicaSet and its pods: %v\ncontroller-manager:\n%s", err, tenant.Processes[2].Tail())
+		t.Fatalf("the tenant's controller-manager did not create the ReplicaSet and its pods: %v\ncontrollers:\n%s", err, tenant.Processes[2].Tail())
 	}
-	// The scheduler is up and leading; with no nodes the pods stay Pending.
+	// The scheduler, in the controller-manager's process, is up and leading; with no nodes the
+	// pods stay Pending.
 	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		_, err := client.CoordinationV1().Leases("kube-system").Get(ctx, "kube-scheduler", metav1.GetOptions{})
 		return err == nil, nil
 	})
 	if err != nil {
-		t.Fatalf("the tenant's scheduler holds no lease: %v\nscheduler:\n%s", err, tenant.Processes[3].Tail())
+		t.Fatalf("the tenant's scheduler holds no lease: %v\ncontrollers:\n%s", err, tenant.Processes[2].Tail())
 	}
 
 	var total int64

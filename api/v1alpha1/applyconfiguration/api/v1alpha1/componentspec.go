@@ -9,9 +9,12 @@ import (
 // ComponentSpecApplyConfiguration represents a declarative configuration of the ComponentSpec type for use
 // with apply.
 //
-// ComponentSpec tunes one control-plane container.
+// ComponentSpec tunes one control-plane component.
 type ComponentSpecApplyConfiguration struct {
-	// resources of the container. Unset requests get small defaults sized for an idle tenant.
+	// resources of the component. Unset requests get small defaults sized for an idle tenant.
+	// The controller-manager and the scheduler share a container: it gets the sums of their
+	// requests, and a limit when either sets one (that limit plus the other's limit or,
+	// without one, its request).
 	Resources *v1.ResourceRequirements `json:"resources,omitempty"`
 	// extraArgs are extra command-line flags for the component, without the leading "--",
 	// for example {"v": "2"}. Flags the operator sets itself cannot be overridden.

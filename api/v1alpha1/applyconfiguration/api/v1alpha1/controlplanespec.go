@@ -14,9 +14,13 @@ type ControlPlaneSpecApplyConfiguration struct {
 	Exposure *ExposureSpecApplyConfiguration `json:"exposure,omitempty"`
 	// apiServer tunes the kube-apiserver container.
 	APIServer *ComponentSpecApplyConfiguration `json:"apiServer,omitempty"`
-	// controllerManager tunes the kube-controller-manager container.
+	// controllerManager tunes the kube-controller-manager. It runs in one process with the
+	// scheduler (the kube-controllers container, whose resources are the sums of both
+	// components'); flags of that process (--v, --vmodule, --feature-gates, the logging and
+	// metrics flags) set in either's extraArgs apply to both, and must not differ.
 	ControllerManager *ComponentSpecApplyConfiguration `json:"controllerManager,omitempty"`
-	// scheduler tunes the kube-scheduler container.
+	// scheduler tunes the kube-scheduler, which runs with the controller-manager (see
+	// controllerManager).
 	Scheduler *ComponentSpecApplyConfiguration `json:"scheduler,omitempty"`
 }
 

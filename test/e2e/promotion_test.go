@@ -81,8 +81,14 @@ func TestNodePromotion(t *testing.T) {
 		if err != nil {
 			t.Fatalf("pod pinned to the lent node not Running: %v", err)
 		}
-		logs, err := tenant.CoreV1().Pods("default").GetLogs("pinned", &corev1.PodLogOptions{}).DoRaw(ctx)
-		if err != nil || !strings.Contains(string(logs), "running on pinned") {
+		// Running says the container started, not that its first line is written yet.
+		var logs []byte
+		err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+			var err error
+			logs, err = tenant.CoreV1().Pods("default").GetLogs("pinned", &corev1.PodLogOptions{}).DoRaw(ctx)
+			return err == nil && strings.Contains(string(logs), "running on pinned"), nil
+		})
+		if err != nil {
 			t.Errorf("logs of the pinned pod: %q, %v", logs, err)
 		}
 	})

@@ -245,6 +245,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	var probeErr error
 	if len(readyIPs) > 0 {
 		version, tenant, err := r.checkTenant(ctx, vc, pki)
+		if err == nil {
+			err = r.checkEndpoint(ctx, exposure)
+		}
 		probeErr = err
 		if err != nil {
 			ctrl.LoggerFrom(ctx).V(1).Info("tenant apiserver not reachable yet", "err", err)

@@ -2,7 +2,11 @@ package virtualcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"syscall"
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -13,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
@@ -48,6 +53,50 @@ func (r *Reconciler) checkTenant(ctx context.Context, vc *v1alpha1.VirtualCluste
 		return "", nil, fmt.Errorf("GET /version: %w", err)
 	}
 	return info.GitVersion, client, nil
+}
+
+// endpointRefusedError says that the tenant answers through its Service, but the endpoint its
+// kubeconfig names refuses connections.
+type endpointRefusedError struct{ endpoint string }
+
+func (e *endpointRefusedError) Error() string {
+	return fmt.Sprintf("the tenant's endpoint %s refuses connections", e.endpoint)
+}
+
+// endpointDialTimeout bounds the operator's connection attempt to a tenant's published endpoint.
+const endpointDialTimeout = time.Second
+
+// checkEndpoint makes sure that the endpoint a tenant's kubeconfig names (a node port or a load
+// balancer's address; a ClusterIP endpoint is the Service checkTenant reached) does not refuse
+// connections. Every host node's kube-proxy routes a new Service on its own, up to a second
+// apart (its minimum sync period) and more on a busy host, so the tenant can answer through its
+// Service on the operator's node while the node its kubeconfig names still refuses: Ready, and
+// the user's first kubectl call fails. Refused is the one answer that says "not yet"; an address
+// the operator cannot reach from inside the host at all (a firewall, an outside name) says
+// nothing about the tenant and is not held against it.
+func (r *Reconciler) checkEndpoint(ctx context.Context, exp controlplane.Exposure) error {
+	if exp.Address == "" {
+		return nil
+	}
+	u, err := url.Parse(exp.Endpoint)
+	if err != nil {
+		return fmt.Errorf("parsing the tenant's endpoint %q: %w", exp.Endpoint, err)
+	}
+	dial := r.TenantDial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	ctx, cancel := context.WithTimeout(ctx, endpointDialTimeout)
+	defer cancel()
+	conn, err := dial(ctx, "tcp", u.Host)
+	if err == nil {
+		return conn.Close()
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return &endpointRefusedError{endpoint: exp.Endpoint}
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("cannot check the tenant's endpoint from the operator; not waiting for it", "endpoint", exp.Endpoint, "err", err)
+	return nil
 }
 
 // setupTenant applies what every tenant needs from the start: the binding of the portal's

@@ -79,11 +79,15 @@ func newAPIServerCommand() *cobra.Command {
 
 // runAPIServer runs upstream's server chain (aggregator, kube-apiserver, apiextensions) as
 // upstream's app.Run does, except that the kube-apiserver's OpenAPI documents are built when
-// first asked for (openapi.go), and its bootstrap RBAC roles and PriorityClasses are created
-// without upstream's one-second wait (bootstrap.go).
+// first asked for (openapi.go), its bootstrap RBAC roles and PriorityClasses are created
+// without upstream's one-second wait (bootstrap.go), and its etcd clients share one connection
+// (etcdclients.go).
 func runAPIServer(ctx context.Context, opts options.CompletedOptions) error {
 	klog.Infof("Version: %+v", utilversion.Get())
 	klog.InfoS("Golang settings", "GOGC", os.Getenv("GOGC"), "GOMAXPROCS", os.Getenv("GOMAXPROCS"), "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"))
+	if os.Getenv(sharedETCDEnv) != "off" {
+		shareETCDConnections()
+	}
 	config, err := apiserver.NewConfig(opts)
 	if err != nil {
 		return err

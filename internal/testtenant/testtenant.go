@@ -37,9 +37,12 @@ import (
 type Tenant struct {
 	// APIServerAddress is where the tenant's apiserver listens, 127.0.0.1:port.
 	APIServerAddress string
+	// EtcdPort is where etcd serves its clients on 127.0.0.1.
+	EtcdPort int
 	// Started is when the processes were started.
 	Started time.Time
-	// Processes are etcd, apiserver, controller-manager and scheduler, in that order.
+	// Processes are etcd, apiserver and controllers (controller-manager and scheduler), in
+	// that order.
 	Processes []*Process
 }
 
@@ -151,7 +154,7 @@ func Run(t *testing.T, bin Programs, vc *v1alpha1.VirtualCluster, settings contr
 	schedArgs := override(sched, controlplane.PKIDir, cpDir, map[string]string{
 		"bind-address": "127.0.0.1", "secure-port": strconv.Itoa(FreePort(t)),
 	})
-	tn := &Tenant{APIServerAddress: fmt.Sprintf("127.0.0.1:%d", apiPort), Started: time.Now()}
+	tn := &Tenant{APIServerAddress: fmt.Sprintf("127.0.0.1:%d", apiPort), EtcdPort: etcdPort, Started: time.Now()}
 	tn.Processes = []*Process{
 		startProcess(t, "etcd", bin.Etcd, etcdArgs),
 		startProcess(t, "apiserver", bin.ControlPlane, append([]string{"apiserver"}, apiArgs...)),
@@ -350,6 +353,41 @@ func (p *Process) MemoryKiB() (map[string]int64, error) {
 		out[k] = n
 	}
 	return out, s.Err()
+}
+
+// ConnectionsTo counts the established TCP connections the process holds to port on this
+// machine: its socket descriptors (/proc/<pid>/fd) matched against the kernel's TCP tables.
+func (p *Process) ConnectionsTo(port int) (int, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", p.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	sockets := map[string]bool{}
+	for _, fd := range fds {
+		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", p.Pid(), fd.Name()))
+		if inode, ok := strings.CutPrefix(target, "socket:["); err == nil && ok {
+			sockets[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	n := 0
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", p.Pid(), table))
+		if err != nil {
+			return 0, err
+		}
+		// sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 10 || f[3] != "01" { // 01: ESTABLISHED
+				continue
+			}
+			_, remotePort, _ := strings.Cut(f[2], ":")
+			if rp, err := strconv.ParseInt(remotePort, 16, 32); err == nil && int(rp) == port && sockets[f[9]] {
+				n++
+			}
+		}
+	}
+	return n, nil
 }
 
 // syncWriter lets a process write its log while the test reads it.

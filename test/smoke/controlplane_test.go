@@ -53,6 +53,15 @@ func TestControlPlaneProcesses(t *testing.T) {
 	}
 	checkOpenAPI(ctx, t, client)
 
+	// The apiserver's etcd clients (one per resource, compactor and health check: about 60)
+	// share one connection (cmd/nest-controlplane/etcdclients.go); the health checks' status
+	// calls may hold one more while they run.
+	if n, err := tenant.Processes[1].ConnectionsTo(tenant.EtcdPort); err != nil {
+		t.Errorf("counting the apiserver's connections to etcd: %v", err)
+	} else if n < 1 || n > 2 {
+		t.Errorf("the apiserver holds %d connections to etcd, want 1 (2 while a status call runs)", n)
+	}
+
 	// Use the tenant as a tenant would.
 	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

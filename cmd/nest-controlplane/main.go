@@ -88,7 +88,8 @@ func usage(w *os.File) {
 	}
 	fmt.Fprintf(w, "\nWhile the apiserver, the controller-manager or the scheduler allocates little, its GOGC is\n"+
 		"lowered (down to %d) so that its heap grows by what it allocates in about %s, never beyond its own\n"+
-		"GOGC; %s=off keeps its GOGC as set.\n", idlegc.Default.Floor, idlegc.Default.Interval, idlegc.DisableEnv)
+		"GOGC, and its free memory is returned to the system every %s; %s=off keeps its GOGC as set,\n"+
+		"%s=no-release paces without returning memory.\n", idlegc.Default.Floor, idlegc.Default.Interval, idlegc.Default.Release, idlegc.Env, idlegc.Env)
 	fmt.Fprintf(w, "\n'nest-controlplane <component> --help' lists the component's flags.\n%s\n", version.String())
 }
 

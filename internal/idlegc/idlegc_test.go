@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"testing"
 	"time"
 )
@@ -51,5 +52,34 @@ func TestRunSetsGOGCAndLeavesOffAlone(t *testing.T) {
 	Run(ctx, Settings{Interval: time.Second, Floor: 10, Window: 1}) // returns at once
 	if got := debug.SetGCPercent(50); got != -1 {
 		t.Errorf("GOGC=off became %d", got)
+	}
+}
+
+// Free memory goes back once the process is quiet, then every Release while it stays quiet,
+// and at once again when it has been busy in between.
+func TestPacerReleasesWhileQuiet(t *testing.T) {
+	p := newPacer(Settings{Interval: 2 * time.Second, Floor: 10, Window: 2, Release: 3 * time.Second}, 50)
+	var got []bool
+	second := func(allocated uint64) {
+		p.next(allocated, 60*mb)
+		got = append(got, p.release())
+	}
+	for range 6 { // quiet: GOGC falls after the window, in the 2nd second
+		second(mb)
+	}
+	second(40 * mb) // busy: GOGC back to its own
+	for range 5 {
+		second(0)
+	}
+	// Quiet from the 2nd second: released then and 3 s later; busy in the 7th, its allocation
+	// counted for 2 s and wanted for 2 more: quiet again in the 10th, released at once.
+	want := []bool{false, true, false, false, true, false, false, false, false, true, false, false}
+	if !slices.Equal(got, want) {
+		t.Errorf("released %v, want %v", got, want)
+	}
+	p = newPacer(Settings{Interval: time.Second, Floor: 10, Window: 1}, 50)
+	p.next(0, 60*mb)
+	if p.release() {
+		t.Error("released with Release 0")
 	}
 }

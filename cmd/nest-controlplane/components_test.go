@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 )
 
 func TestWaitForEtcd(t *testing.T) {
@@ -66,5 +69,39 @@ func TestControllersArguments(t *testing.T) {
 	// A flag error stops the process before anything starts.
 	if code := runControllers([]string{"--no-such-flag", "--"}); code != 1 {
 		t.Errorf("an unknown controller-manager flag: exit code %d, want 1", code)
+	}
+}
+
+// The ValidatingAdmissionPolicy status controller leaves the controller-manager's list when
+// the list enables it, and only then starts lazily.
+func TestLazyVAPStatus(t *testing.T) {
+	const name = "validatingadmissionpolicy-status-controller"
+	for _, tt := range []struct {
+		controllers string
+		wantLazy    bool
+		wantList    []string
+	}{
+		{"*,bootstrapsigner,tokencleaner", true, []string{"*", "bootstrapsigner", "tokencleaner", "-" + name}},
+		{"", true, []string{"*", "-" + name}}, // the flag's default, "*"
+		{"*,-" + name, false, []string{"*", "-" + name}},
+		{"deployment," + name, true, []string{"deployment", "-" + name}},
+		{"deployment,replicaset", false, []string{"deployment", "replicaset"}},
+	} {
+		cmd := controllermanager.NewControllerManagerCommand()
+		var args []string
+		if tt.controllers != "" {
+			args = []string{"--controllers=" + tt.controllers}
+		}
+		if err := cmd.ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		run, err := lazyVAPStatus(cmd.Flags())
+		if err != nil {
+			t.Fatalf("--controllers=%s: %v", tt.controllers, err)
+		}
+		got, _ := cmd.Flags().GetStringSlice("controllers")
+		if (run != nil) != tt.wantLazy || !slices.Equal(got, tt.wantList) {
+			t.Errorf("--controllers=%s: lazy start %v, list %q; want %v, %q", tt.controllers, run != nil, got, tt.wantLazy, tt.wantList)
+		}
 	}
 }

@@ -26,7 +26,9 @@ import (
 // keeps its own flags, serving port, lease and clients. What is the process's is shared:
 // logging, feature gates and metrics settings must be the same on both sides (the operator
 // gives both the same), and when either component stops, for an error or a lost lease, the
-// process ends with its exit code and the kubelet restarts both.
+// process ends with its exit code and the kubelet restarts both. The controller-manager's
+// ValidatingAdmissionPolicy status controller starts only once the tenant has a policy
+// (vapstatus.go).
 func runControllers(args []string) int {
 	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "--help" }) {
 		controllersUsage(os.Stdout)
@@ -45,11 +47,30 @@ func runControllers(args []string) int {
 
 	// The scheduler starts once the controller-manager has parsed its flags (feature gates
 	// and other process-wide settings are set once at a time) and found the apiserver ready.
+	// The ValidatingAdmissionPolicy status controller leaves the controller-manager's list
+	// for a lazy start (vapstatus.go).
+	type exit struct {
+		component string
+		code      int
+	}
+	exits := make(chan exit, 3)
 	cmStarted := make(chan struct{})
 	upstream := controllermanager.NewControllerManagerCommand()
 	run := upstream.RunE
 	upstream.RunE = func(c *cobra.Command, args []string) error {
+		vapStatus, err := lazyVAPStatus(c.Flags())
+		if err != nil {
+			return err
+		}
 		close(cmStarted)
+		if vapStatus != nil {
+			go func() {
+				if err := vapStatus(c.Context()); err != nil {
+					klog.ErrorS(err, "Component failed")
+					exits <- exit{"validatingadmissionpolicy-status-controller", 1}
+				}
+			}()
+		}
 		return run(c, args)
 	}
 	cm := waitFirst(upstream, "kubeconfig", waitForAPIServer)
@@ -68,11 +89,6 @@ func runControllers(args []string) int {
 		})
 	}
 
-	type exit struct {
-		component string
-		code      int
-	}
-	exits := make(chan exit, 2)
 	go func() { exits <- exit{"kube-controller-manager", cli.Run(cm)} }()
 	select {
 	case e := <-exits:
@@ -82,7 +98,7 @@ func runControllers(args []string) int {
 	idlegc.Start(context.Background())
 	go func() { exits <- exit{"kube-scheduler", cli.Run(sched)} }()
 	e := <-exits
-	klog.InfoS("Component stopped; ending the process, and with it the other", "component", e.component, "exitCode", e.code)
+	klog.InfoS("Component stopped; ending the process, and with it the others", "component", e.component, "exitCode", e.code)
 	klog.Flush()
 	return e.code
 }
@@ -96,6 +112,11 @@ of the process itself (--v, --vmodule, the --log-* and --logging-format flags, -
 --emulated-version, the metrics flags) must be the same on both sides. When either component
 stops, the process ends with its exit code. Both wait for the apiserver their --kubeconfig
 names before they start.
+
+The controller-manager's validatingadmissionpolicy-status-controller (when --controllers
+enables it) starts once the cluster has a ValidatingAdmissionPolicy, under a lease of its own
+(kube-system/kubenest-validatingadmissionpolicy-status): upstream builds the schemas it
+type-checks policies against when the controller-manager starts, policies or not.
 
 'nest-controlplane controller-manager --help' and 'nest-controlplane scheduler --help' list
 the flags of each.

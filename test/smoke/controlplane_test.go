@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -102,6 +104,8 @@ func TestControlPlaneProcesses(t *testing.T) {
 		t.Fatalf("the tenant's scheduler holds no lease: %v\ncontrollers:\n%s", err, tenant.Processes[2].Tail())
 	}
 
+	checkPolicyTypeChecking(ctx, t, client, tenant)
+
 	var total int64
 	for _, p := range tenant.Processes {
 		rss := p.RSSKiB()
@@ -110,6 +114,51 @@ func TestControlPlaneProcesses(t *testing.T) {
 	}
 	t.Logf("RSS total              %4d MiB", total/1024)
 	t.Logf("process start to /readyz: %s", readyAfter.Round(10*time.Millisecond))
+}
+
+// checkPolicyTypeChecking checks the controller-manager's ValidatingAdmissionPolicy status
+// controller, which the controllers process starts with the tenant's first policy: not before
+// (its lease does not exist yet), and then it reports a policy's type errors in its status.
+func checkPolicyTypeChecking(ctx context.Context, t *testing.T, client kubernetes.Interface, tenant *testtenant.Tenant) {
+	t.Helper()
+	leases := client.CoordinationV1().Leases("kube-system")
+	if _, err := leases.Get(ctx, controlplane.VAPStatusLease, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("lease %s before any ValidatingAdmissionPolicy exists: %v, want NotFound (the controller starts with the first policy)", controlplane.VAPStatusLease, err)
+	}
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "replicas"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}},
+				},
+			}}},
+			// spec.replicas is an integer: comparing it with a string is a type error.
+			Validations: []admissionregistrationv1.Validation{{Expression: "object.spec.replicas > 'five'"}},
+		},
+	}
+	if _, err := client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var warnings []admissionregistrationv1.ExpressionWarning
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, policy.Name, metav1.GetOptions{})
+		if err != nil || got.Status.TypeChecking == nil {
+			return false, nil
+		}
+		warnings = got.Status.TypeChecking.ExpressionWarnings
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the policy's type checking was not reported: %v\ncontrollers:\n%s", err, tenant.Processes[2].Tail())
+	}
+	if len(warnings) != 1 || warnings[0].FieldRef != "spec.validations[0].expression" || !strings.Contains(warnings[0].Warning, "no matching overload") {
+		t.Errorf("type-checking warnings %+v, want one for spec.validations[0].expression: no matching overload", warnings)
+	}
+	if _, err := leases.Get(ctx, controlplane.VAPStatusLease, metav1.GetOptions{}); err != nil {
+		t.Errorf("lease %s once the controller runs: %v", controlplane.VAPStatusLease, err)
+	}
 }
 
 // checkOpenAPI reads the tenant's OpenAPI documents as kubectl does (openapi.go builds them on

@@ -40,7 +40,8 @@ IMAGE := $(IMAGE_REPO):$(VERSION)
 IMAGES_DIR := _output/images
 PAUSE_IMAGE := kubenest.io/pause:3.10
 BUSYBOX_IMAGE := kubenest.io/busybox:1.35
-COREDNS_VERSION := v1.15.0
+# The CoreDNS version cmd/nest-dns (a module of its own) is built from.
+COREDNS_VERSION := $(shell grep -o 'github.com/coredns/coredns v[^ ]*' cmd/nest-dns/go.mod | cut -d' ' -f2)
 COREDNS_IMAGE := kubenest.io/coredns:$(COREDNS_VERSION)
 IMAGE_TARS := $(addprefix $(IMAGES_DIR)/,kubenest.tar pause.tar busybox.tar coredns.tar)
 
@@ -51,7 +52,6 @@ KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=36 \
 	-X k8s.io/component-base/version.gitTreeState=clean
 KUBECTL := $(KUBE_BIN)/kubectl --kubeconfig _output/host.kubeconfig
-COREDNS := $(CACHE_DIR)/bin/coredns-$(COREDNS_VERSION)
 HELM_VERSION := v4.3.1
 HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
 NODES ?= 2
@@ -100,10 +100,11 @@ verify-gen: generate ## Fail when generated files are not up to date.
 		|| { echo "generated files are not committed:"; git status --porcelain -- api charts; exit 1; }
 
 .PHONY: lint
-lint: $(HELM) ## gofmt, go vet (with the e2e tag) and helm lint.
+lint: $(HELM) ## gofmt, go vet (with the e2e tag; cmd/nest-dns too) and helm lint.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	go vet -tags e2e ./...
+	cd cmd/nest-dns && go vet ./...
 	$(HELM) lint --strict charts/kubenest
 
 .PHONY: test
@@ -138,7 +139,13 @@ $(IMAGES_DIR)/busybox.tar: /bin/busybox
 	go run ./hack/build-image --ref $(BUSYBOX_IMAGE) --out $@ --user 0:0 --file /bin/busybox=/bin/busybox \
 		$(foreach a,$(shell /bin/busybox --list | grep -vx busybox),--link /bin/$(a)=busybox)
 
-$(IMAGES_DIR)/coredns.tar: $(COREDNS)
+# Cluster DNS of the tenants and of the local cluster: CoreDNS with the plugins their
+# Corefiles use, built from cmd/nest-dns, whose own go.mod keeps CoreDNS's dependencies apart.
+$(BIN_DIR)/nest-dns: FORCE
+	@mkdir -p $(BIN_DIR)
+	cd cmd/nest-dns && go build -ldflags '-s -w' -o $(CURDIR)/$@ .
+
+$(IMAGES_DIR)/coredns.tar: $(BIN_DIR)/nest-dns
 	go run ./hack/build-image --ref $(COREDNS_IMAGE) --out $@ --file /coredns=$< --entrypoint /coredns
 
 /bin/busybox:
@@ -146,11 +153,6 @@ $(IMAGES_DIR)/coredns.tar: $(COREDNS)
 
 /usr/sbin/xtables-nft-multi:
 	apt-get install -y iptables
-
-$(COREDNS):
-	@mkdir -p $(dir $@)
-	GOBIN=$(dir $@) go install -ldflags '-s -w' github.com/coredns/coredns@$(COREDNS_VERSION)
-	mv $(dir $@)coredns $@
 
 $(KUBE_BIN)/%:
 	@mkdir -p $(KUBE_BIN)

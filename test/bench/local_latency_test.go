@@ -5,8 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +27,6 @@ import (
 //
 // BENCH_VARIANTS=default,... runs only those (comma-separated names).
 func TestListLatency(t *testing.T) {
-	only := os.Getenv("BENCH_VARIANTS")
 	bin := testtenant.Binaries(t)
 	variants := []struct {
 		name string
@@ -43,7 +41,7 @@ func TestListLatency(t *testing.T) {
 	const objects, lists, gets = 1000, 50, 500
 	var report []string
 	for _, v := range variants {
-		if only != "" && !strings.Contains(","+only+",", ","+v.name+",") {
+		if !variantSelected(v.name) {
 			continue
 		}
 		t.Run(v.name, func(t *testing.T) {
@@ -79,8 +77,8 @@ func TestListLatency(t *testing.T) {
 					}
 					d[i] = time.Since(start)
 				}
-				sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-				return d[n/2], d[n*99/100]
+				slices.Sort(d)
+				return percentile(d, 0.5), percentile(d, 0.99)
 			}
 			g50, g99 := timed(gets, func() error {
 				_, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "cm-0000", metav1.GetOptions{})

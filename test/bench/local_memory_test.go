@@ -36,7 +36,6 @@ func TestIdleProcessMemory(t *testing.T) {
 		}
 		idle = d
 	}
-	only := os.Getenv("BENCH_VARIANTS") // comma-separated names; empty: all
 	bin := testtenant.Binaries(t)
 	variants := []struct {
 		name      string
@@ -65,7 +64,7 @@ func TestIdleProcessMemory(t *testing.T) {
 	}
 	var report []string
 	for _, v := range variants {
-		if only != "" && !strings.Contains(","+only+",", ","+v.name+",") {
+		if !variantSelected(v.name) {
 			continue
 		}
 		t.Run(v.name, func(t *testing.T) {
@@ -149,4 +148,11 @@ func cpuTicks(t *testing.T, p *testtenant.Process) int64 {
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	return utime + stime
+}
+
+// variantSelected says whether a local benchmark runs its variant of this name:
+// BENCH_VARIANTS lists the names to run, comma-separated; empty runs them all.
+func variantSelected(name string) bool {
+	only := os.Getenv("BENCH_VARIANTS")
+	return only == "" || strings.Contains(","+only+",", ","+name+",")
 }

@@ -100,10 +100,10 @@ verify-gen: generate ## Fail when generated files are not up to date.
 		|| { echo "generated files are not committed:"; git status --porcelain -- api charts; exit 1; }
 
 .PHONY: lint
-lint: $(HELM) ## gofmt, go vet (with the e2e tag; cmd/nest-dns too) and helm lint.
+lint: $(HELM) ## gofmt, go vet (with the e2e and benchlocal tags; cmd/nest-dns too) and helm lint.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
-	go vet -tags e2e ./...
+	go vet -tags e2e,benchlocal ./...
 	cd cmd/nest-dns && go vet ./...
 	$(HELM) lint --strict charts/kubenest
 

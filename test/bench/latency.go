@@ -116,13 +116,16 @@ func apiLatency(ctx context.Context, e *env, args []string) ([]Figure, error) {
 			pn := fmt.Sprintf("p%d", int(p*100))
 			tp, hp := percentile(t, p), percentile(h, p)
 			figures = append(figures,
-				Figure{fmt.Sprintf("API %s %s, tenant", op, pn), float64(tp.Microseconds()) / 1000, "ms", method},
-				Figure{fmt.Sprintf("API %s %s, host", op, pn), float64(hp.Microseconds()) / 1000, "ms", method},
+				Figure{fmt.Sprintf("API %s %s, tenant", op, pn), ms(tp), "ms", method},
+				Figure{fmt.Sprintf("API %s %s, host", op, pn), ms(hp), "ms", method},
 				Figure{fmt.Sprintf("API %s %s, tenant/host", op, pn), tp.Seconds() / hp.Seconds(), "ratio", "same run"})
 		}
 	}
 	return figures, nil
 }
+
+// ms is d in milliseconds, to the microsecond.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // cluster is one apiserver and the latencies measured against it, by operation.
 type cluster struct {

@@ -73,7 +73,7 @@ type TenantReference struct {
 }
 
 // PoolNodePhase says where a node is.
-// +kubebuilder:validation:Enum=InHost;Draining;JoiningTenant;InTenant;Returning;Unreachable
+// +kubebuilder:validation:Enum=InHost;Draining;JoiningTenant;InTenant;Returning;Quarantined;Unreachable
 type PoolNodePhase string
 
 const (
@@ -87,6 +87,11 @@ const (
 	PoolNodeInTenant PoolNodePhase = "InTenant"
 	// PoolNodeReturning: the node agent is moving the kubelet back to the host.
 	PoolNodeReturning PoolNodePhase = "Returning"
+	// PoolNodeQuarantined: the node came back from a tenant that could be root on it
+	// (spec.nodes.podSecurity Privileged). Its kubelet stays stopped, nothing of the host's
+	// runs there and it is lent to nobody, until the platform reimages it and marks it clean
+	// (AnnotationMarkClean).
+	PoolNodeQuarantined PoolNodePhase = "Quarantined"
 	// PoolNodeUnreachable: the node agent has not reported for a while.
 	PoolNodeUnreachable PoolNodePhase = "Unreachable"
 )
@@ -99,7 +104,20 @@ const (
 	PoolNodeConditionAgentReporting = "AgentReporting"
 	// PoolNodeConditionKubeletReady: the kubelet is Ready in the cluster it serves.
 	PoolNodeConditionKubeletReady = "KubeletReady"
+	// PoolNodeConditionClean: nothing but the host's own software has had root on the node
+	// since it was last marked clean. False once the node is lent to a tenant granted
+	// privileged pods (status.quarantine says which).
+	PoolNodeConditionClean = "Clean"
 )
+
+// AnnotationMarkClean on a PoolNode, set by the platform once a quarantined node is reimaged
+// (any value), ends its quarantine: the operator clears status.quarantine and removes the
+// annotation, and the node agent returns the kubelet to the host.
+const AnnotationMarkClean = "kubenest.io/mark-clean"
+
+// ClusterNone is the value of status.agent.cluster while a quarantined node's kubelet serves
+// no cluster.
+const ClusterNone = "none"
 
 // ClusterHost is the value of status.agent.cluster when the kubelet serves the host.
 const ClusterHost = "host"
@@ -120,6 +138,22 @@ type PoolNodeStatus struct {
 	// agent is the node agent's own report.
 	// +optional
 	Agent AgentStatus `json:"agent,omitzero"`
+
+	// quarantine, once set, says the node was lent to a tenant granted privileged pods, which
+	// may have changed anything on it: when it leaves that tenant it serves no cluster until
+	// the platform marks it clean (AnnotationMarkClean).
+	// +optional
+	Quarantine *Quarantine `json:"quarantine,omitempty"`
+}
+
+// Quarantine says why a node must be reimaged before the host uses it again.
+type Quarantine struct {
+	// tenant is the VirtualCluster that could be root on the node.
+	// +required
+	Tenant TenantReference `json:"tenant"`
+	// since is when the node was first seen lent to it with privileged pods granted.
+	// +required
+	Since metav1.Time `json:"since"`
 }
 
 // AgentStatus is what a node agent reports about its node.

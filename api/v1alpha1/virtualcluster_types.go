@@ -120,7 +120,7 @@ type ControlPlaneSpec struct {
 
 	// apiServer tunes the kube-apiserver container.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="!has(self.extraArgs) || !self.extraArgs.exists(k, k in ['advertise-address','allow-privileged','authorization-mode','bind-address','cert-dir','client-ca-file','enable-bootstrap-token-auth','endpoint-reconciler-type','etcd-cafile','etcd-certfile','etcd-keyfile','etcd-servers','kubelet-client-certificate','kubelet-client-key','proxy-client-cert-file','proxy-client-key-file','requestheader-allowed-names','requestheader-client-ca-file','requestheader-extra-headers-prefix','requestheader-group-headers','requestheader-username-headers','secure-port','service-account-issuer','service-account-key-file','service-account-signing-key-file','service-cluster-ip-range','tls-cert-file','tls-private-key-file'])",messageExpression="'extraArgs: flag --' + self.extraArgs.filter(k, k in ['advertise-address','allow-privileged','authorization-mode','bind-address','cert-dir','client-ca-file','enable-bootstrap-token-auth','endpoint-reconciler-type','etcd-cafile','etcd-certfile','etcd-keyfile','etcd-servers','kubelet-client-certificate','kubelet-client-key','proxy-client-cert-file','proxy-client-key-file','requestheader-allowed-names','requestheader-client-ca-file','requestheader-extra-headers-prefix','requestheader-group-headers','requestheader-username-headers','secure-port','service-account-issuer','service-account-key-file','service-account-signing-key-file','service-cluster-ip-range','tls-cert-file','tls-private-key-file'])[0] + ' is set by the operator and cannot be overridden'"
+	// +kubebuilder:validation:XValidation:rule="!has(self.extraArgs) || !self.extraArgs.exists(k, k in ['advertise-address','allow-privileged','authorization-mode','bind-address','cert-dir','client-ca-file','enable-bootstrap-token-auth','endpoint-reconciler-type','etcd-cafile','etcd-certfile','etcd-keyfile','etcd-servers','kubelet-client-certificate','kubelet-client-key','proxy-client-cert-file','proxy-client-key-file','requestheader-allowed-names','requestheader-client-ca-file','requestheader-extra-headers-prefix','requestheader-group-headers','requestheader-username-headers','secure-port','service-account-issuer','service-account-key-file','service-account-signing-key-file','service-cluster-ip-range','tls-cert-file','tls-private-key-file','kubenest-node-pod-security','kubenest-kube-proxy-image'])",messageExpression="'extraArgs: flag --' + self.extraArgs.filter(k, k in ['advertise-address','allow-privileged','authorization-mode','bind-address','cert-dir','client-ca-file','enable-bootstrap-token-auth','endpoint-reconciler-type','etcd-cafile','etcd-certfile','etcd-keyfile','etcd-servers','kubelet-client-certificate','kubelet-client-key','proxy-client-cert-file','proxy-client-key-file','requestheader-allowed-names','requestheader-client-ca-file','requestheader-extra-headers-prefix','requestheader-group-headers','requestheader-username-headers','secure-port','service-account-issuer','service-account-key-file','service-account-signing-key-file','service-cluster-ip-range','tls-cert-file','tls-private-key-file','kubenest-node-pod-security','kubenest-kube-proxy-image'])[0] + ' is set by the operator and cannot be overridden'"
 	APIServer ComponentSpec `json:"apiServer,omitzero"`
 
 	// controllerManager tunes the kube-controller-manager. It runs in one process with the
@@ -264,7 +264,33 @@ type NodesSpec struct {
 	// schedules there run as pods in the VirtualCluster's host namespace.
 	// +optional
 	Shared bool `json:"shared,omitempty"`
+
+	// podSecurity is the Pod Security level every pod of the tenant must meet to be bound to a
+	// node, enforced by the tenant's own apiserver whatever the tenant's namespaces say.
+	// Baseline (the default) allows no privileged containers, host namespaces, host paths or
+	// host ports: the tenant's admin does not become root on the host nodes lent to it.
+	// Privileged is for tenants the platform trusts with root on their lent nodes: setting it
+	// takes the verb "grant-privileged" on virtualclusters (kubenest.io) in the host, and a
+	// node lent to such a tenant is quarantined when it comes back (its PoolNode's phase is
+	// Quarantined and its kubelet stays stopped) until the platform marks it clean. The shared
+	// node runs no privileged pod either way.
+	// +optional
+	PodSecurity NodePodSecurity `json:"podSecurity,omitempty"`
 }
+
+// NodePodSecurity is a Pod Security level for the pods on a tenant's nodes.
+// +kubebuilder:validation:Enum=Baseline;Privileged
+type NodePodSecurity string
+
+const (
+	// NodePodSecurityBaseline is Pod Security's baseline level: no host access.
+	NodePodSecurityBaseline NodePodSecurity = "Baseline"
+	// NodePodSecurityPrivileged checks nothing: the tenant may be root on its lent nodes.
+	NodePodSecurityPrivileged NodePodSecurity = "Privileged"
+)
+
+// Privileged says whether the platform granted the tenant privileged pods on its nodes.
+func (n NodesSpec) Privileged() bool { return n.PodSecurity == NodePodSecurityPrivileged }
 
 // NodePromotion asks for a number of host nodes that match a selector.
 type NodePromotion struct {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
+	psapi "k8s.io/pod-security-admission/api"
 )
 
 // newAPIServerCommand is kube-apiserver with upstream's flags, help and option checks (as
@@ -30,6 +31,7 @@ import (
 // etcd (waitForEtcd).
 func newAPIServerCommand() *cobra.Command {
 	s := options.NewServerRunOptions()
+	guard := guardOptions{nodePodSecurity: string(psapi.LevelBaseline)}
 	ctx := genericapiserver.SetupSignalContext()
 	featureGate := s.GenericServerRunOptions.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
 	cmd := &cobra.Command{
@@ -59,13 +61,14 @@ func newAPIServerCommand() *cobra.Command {
 			}
 			featureGate.(featuregate.MutableFeatureGate).AddMetrics()
 			s.GenericServerRunOptions.ComponentGlobalsRegistry.AddMetrics()
-			return runAPIServer(ctx, completed)
+			return runAPIServer(ctx, completed, guard)
 		},
 		Args: cobra.NoArgs,
 	}
 	cmd.SetContext(ctx)
 
 	named := s.Flags()
+	guard.addFlags(named.FlagSet("kubenest"))
 	s.Flagz = flagz.NamedFlagSetsReader{FlagSets: named}
 	verflag.AddFlags(named.FlagSet("global"))
 	globalflag.AddGlobalFlags(named.FlagSet("global"), cmd.Name(), logs.SkipLoggingConfigurationFlags())
@@ -80,9 +83,9 @@ func newAPIServerCommand() *cobra.Command {
 // runAPIServer runs upstream's server chain (aggregator, kube-apiserver, apiextensions) as
 // upstream's app.Run does, except that the kube-apiserver's OpenAPI documents are built when
 // first asked for (openapi.go), its bootstrap RBAC roles and PriorityClasses are created
-// without upstream's one-second wait (bootstrap.go), and its etcd clients share one connection
-// (etcdclients.go).
-func runAPIServer(ctx context.Context, opts options.CompletedOptions) error {
+// without upstream's one-second wait (bootstrap.go), its etcd clients share one connection
+// (etcdclients.go), and its admission ends with KubeNest's tenant guard (guard.go).
+func runAPIServer(ctx context.Context, opts options.CompletedOptions, guard guardOptions) error {
 	klog.Infof("Version: %+v", utilversion.Get())
 	klog.InfoS("Golang settings", "GOGC", os.Getenv("GOGC"), "GOMAXPROCS", os.Getenv("GOMAXPROCS"), "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"))
 	if os.Getenv(sharedETCDEnv) != "off" {
@@ -90,6 +93,9 @@ func runAPIServer(ctx context.Context, opts options.CompletedOptions) error {
 	}
 	config, err := apiserver.NewConfig(opts)
 	if err != nil {
+		return err
+	}
+	if err := guard.install(config, opts); err != nil {
 		return err
 	}
 	completed, err := config.Complete()

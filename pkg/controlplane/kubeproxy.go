@@ -2,14 +2,15 @@ package controlplane
 
 import (
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/kubeconfig"
@@ -26,9 +27,7 @@ const (
 	KubeProxyNamespace = metav1.NamespaceSystem
 	// KubeProxyClusterRole is the built-in role of what kube-proxy reads and writes.
 	KubeProxyClusterRole = "system:node-proxier"
-	// KeyKubeProxyConfig and KeyKubeProxyKubeconfig are the keys of its ConfigMap, mounted
-	// at KubeProxyConfigDir.
-	KeyKubeProxyConfig     = "config.conf"
+	// KeyKubeProxyKubeconfig is the key of its ConfigMap, mounted at KubeProxyConfigDir.
 	KeyKubeProxyKubeconfig = "kubeconfig.conf"
 	KubeProxyConfigDir     = "/var/lib/kube-proxy"
 	// serviceAccountTokenFile is where a pod's service-account token is mounted; the kubelet
@@ -91,17 +90,13 @@ func (p KubeProxy) Objects() (*KubeProxyObjects, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube-proxy kubeconfig: %w", err)
 	}
-	cfg, err := yaml.Marshal(p.configuration())
-	if err != nil {
-		return nil, fmt.Errorf("kube-proxy configuration: %w", err)
-	}
 	meta := func() metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: KubeProxyName, Namespace: KubeProxyNamespace, Labels: p.labels()}
 	}
 	cm := &corev1.ConfigMap{
 		TypeMeta:   typeMeta("v1", "ConfigMap"),
 		ObjectMeta: meta(),
-		Data:       map[string]string{KeyKubeProxyConfig: string(cfg), KeyKubeProxyKubeconfig: string(kc)},
+		Data:       map[string]string{KeyKubeProxyKubeconfig: string(kc)},
 	}
 	crbMeta := meta()
 	crbMeta.Namespace = ""
@@ -118,23 +113,24 @@ func (p KubeProxy) Objects() (*KubeProxyObjects, error) {
 	}, nil
 }
 
-// configuration is the KubeProxyConfiguration: iptables mode, the kubeconfig from the
-// ConfigMap, upstream's defaults for the rest. The node's conntrack table size is left as the
-// node has it (maxPerCore 0): it is a setting of the node, not of the cluster it serves. Only
-// the fields set are written, so the file reads like one written by hand; kube-proxy decodes
-// it strictly (tested).
-func (p KubeProxy) configuration() map[string]any {
-	cfg := map[string]any{
-		"apiVersion":       "kubeproxy.config.k8s.io/v1alpha1",
-		"kind":             "KubeProxyConfiguration",
-		"clientConnection": map[string]any{"kubeconfig": KubeProxyConfigDir + "/" + KeyKubeProxyKubeconfig},
-		"mode":             "iptables",
-		"conntrack":        map[string]any{"maxPerCore": 0},
+// flags configure kube-proxy: iptables mode, the kubeconfig from the ConfigMap, upstream's
+// defaults for the rest. They are flags, not a configuration file in the ConfigMap, so that
+// they are part of the pod's spec, which the tenant's apiserver pins (IsTenantKubeProxyPod): a
+// tenant admin may edit the ConfigMap, but cannot make this privileged pod load kernel modules
+// for another mode or change the node's kernel settings. The node's conntrack table size is
+// left as the node has it (--conntrack-max-per-core=0): it is a setting of the node, not of
+// the cluster it serves.
+func (p KubeProxy) flags() []string {
+	flags := []string{
+		"--kubeconfig=" + KubeProxyConfigDir + "/" + KeyKubeProxyKubeconfig,
+		"--proxy-mode=iptables",
+		"--conntrack-max-per-core=0",
+		"--hostname-override=$(NODE_NAME)",
 	}
 	if p.ClusterCIDR != "" {
-		cfg["clusterCIDR"] = p.ClusterCIDR
+		flags = append(flags, "--cluster-cidr="+p.ClusterCIDR)
 	}
-	return cfg
+	return flags
 }
 
 // daemonSet runs kube-proxy; configHash (ConfigMapHash of its ConfigMap) restarts the pods
@@ -173,8 +169,7 @@ func (p KubeProxy) daemonSet(configHash string) *appsv1.DaemonSet {
 						Name:            KubeProxyName,
 						Image:           p.Image,
 						ImagePullPolicy: p.ImagePullPolicy,
-						Command: []string{BinaryPath, "kube-proxy",
-							"--config=" + KubeProxyConfigDir + "/" + KeyKubeProxyConfig, "--hostname-override=$(NODE_NAME)"},
+						Command:         append([]string{BinaryPath, "kube-proxy"}, p.flags()...),
 						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
 							FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"},
 						}}},
@@ -206,4 +201,88 @@ func (p KubeProxy) labels() map[string]string {
 		l[k] = v
 	}
 	return l
+}
+
+// serviceAccountDir is where the service-account admission plugin mounts a pod's token.
+const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// IsTenantKubeProxyPod says whether pod is exactly a pod of the kube-proxy DaemonSet the
+// operator keeps in every tenant (TenantKubeProxy), running image: same namespace, one
+// container with the same image, command, environment, security context, mounts, probes and
+// hooks, the same volumes, and no other host access. The tenant's apiserver lets such a pod
+// be privileged on a lent node, and no other pod of the tenant; the tenant's admin can edit
+// the DaemonSet or the pod, but what it then runs is no longer exempt. What the pod's
+// scheduling, resources and pull policy are does not matter, nor does the ConfigMap's
+// kubeconfig (the tenant's own credentials, towards a server of the tenant's choosing).
+func IsTenantKubeProxyPod(pod *corev1.Pod, image string) bool {
+	want := KubeProxy{Image: image}.daemonSet("").Spec.Template.Spec
+	got := &pod.Spec
+	if pod.Namespace != KubeProxyNamespace || got.ServiceAccountName != want.ServiceAccountName ||
+		got.HostNetwork != want.HostNetwork || got.HostPID || got.HostIPC || ptr.Deref(got.ShareProcessNamespace, false) ||
+		len(got.InitContainers) != 0 || len(got.EphemeralContainers) != 0 || len(got.Containers) != 1 ||
+		(got.SecurityContext != nil && !equality.Semantic.DeepEqual(*got.SecurityContext, corev1.PodSecurityContext{})) {
+		return false
+	}
+	c, w := got.Containers[0], want.Containers[0]
+	if c.Name != w.Name || c.Image != w.Image || !slices.Equal(c.Command, w.Command) || len(c.Args) != 0 ||
+		len(c.EnvFrom) != 0 || c.Lifecycle != nil || c.LivenessProbe != nil || c.ReadinessProbe != nil || c.StartupProbe != nil ||
+		c.WorkingDir != "" || len(c.Ports) != 0 ||
+		!equality.Semantic.DeepEqual(c.Env, w.Env) || !equality.Semantic.DeepEqual(c.SecurityContext, w.SecurityContext) {
+		return false
+	}
+	mounts := slices.DeleteFunc(slices.Clone(c.VolumeMounts), func(m corev1.VolumeMount) bool {
+		return m.MountPath == serviceAccountDir && m.ReadOnly && m.SubPath == "" && m.SubPathExpr == ""
+	})
+	if !equality.Semantic.DeepEqual(mounts, w.VolumeMounts) {
+		return false
+	}
+	var volumes []corev1.Volume
+	for _, v := range got.Volumes {
+		if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == v.Name }) {
+			continue // mounted nowhere, so reaching nothing
+		}
+		if v.Projected != nil && isServiceAccountVolume(v.Projected) {
+			continue
+		}
+		volumes = append(volumes, v)
+	}
+	if len(volumes) != len(want.Volumes) {
+		return false
+	}
+	for i, v := range volumes {
+		w := want.Volumes[i]
+		switch {
+		case v.Name != w.Name:
+			return false
+		case w.ConfigMap != nil:
+			if v.ConfigMap == nil || v.ConfigMap.Name != w.ConfigMap.Name || len(v.ConfigMap.Items) != 0 {
+				return false
+			}
+		case w.HostPath != nil:
+			if v.HostPath == nil || v.HostPath.Path != w.HostPath.Path ||
+				ptr.Deref(v.HostPath.Type, corev1.HostPathUnset) != ptr.Deref(w.HostPath.Type, corev1.HostPathUnset) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isServiceAccountVolume says whether a projected volume holds only what the service-account
+// admission plugin puts in a pod's token volume: the token, the cluster's CA bundle and the
+// namespace.
+func isServiceAccountVolume(p *corev1.ProjectedVolumeSource) bool {
+	for _, s := range p.Sources {
+		switch {
+		case s.ServiceAccountToken != nil:
+		case s.ConfigMap != nil && s.ConfigMap.Name == "kube-root-ca.crt":
+		case s.DownwardAPI != nil && len(s.DownwardAPI.Items) == 1 && s.DownwardAPI.Items[0].FieldRef != nil &&
+			s.DownwardAPI.Items[0].FieldRef.FieldPath == "metadata.namespace":
+		default:
+			return false
+		}
+	}
+	return true
 }

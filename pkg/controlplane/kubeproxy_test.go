@@ -1,14 +1,21 @@
 package controlplane_test
 
 import (
+	"context"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	proxyapp "k8s.io/kubernetes/cmd/kube-proxy/app"
 	kubeproxyconfig "k8s.io/kubernetes/pkg/proxy/apis/config"
 	kubeproxyscheme "k8s.io/kubernetes/pkg/proxy/apis/config/scheme"
 	kubeproxyvalidation "k8s.io/kubernetes/pkg/proxy/apis/config/validation"
@@ -53,7 +60,8 @@ func TestTenantKubeProxy(t *testing.T) {
 		if c.Image != s.Image || c.ImagePullPolicy != s.ImagePullPolicy {
 			t.Errorf("image %s (%s), want the operator's %s", c.Image, c.ImagePullPolicy, s.Image)
 		}
-		wantCmd := []string{controlplane.BinaryPath, "kube-proxy", "--config=/var/lib/kube-proxy/config.conf", "--hostname-override=$(NODE_NAME)"}
+		wantCmd := []string{controlplane.BinaryPath, "kube-proxy", "--kubeconfig=/var/lib/kube-proxy/kubeconfig.conf",
+			"--proxy-mode=iptables", "--conntrack-max-per-core=0", "--hostname-override=$(NODE_NAME)"}
 		if !slices.Equal(c.Command, wantCmd) {
 			t.Errorf("command %q, want %q", c.Command, wantCmd)
 		}
@@ -112,15 +120,8 @@ func TestTenantKubeProxy(t *testing.T) {
 		if mount != "/var/lib/kube-proxy" {
 			t.Fatalf("the ConfigMap is mounted at %q", mount)
 		}
-		// Decoded strictly and validated by kube-proxy's own code, with its defaults.
-		obj, _, err := kubeproxyscheme.Codecs.UniversalDecoder().Decode([]byte(cm.Data[controlplane.KeyKubeProxyConfig]), nil, nil)
-		if err != nil {
-			t.Fatalf("kube-proxy cannot read its configuration: %v\n%s", err, cm.Data[controlplane.KeyKubeProxyConfig])
-		}
-		cfg := obj.(*kubeproxyconfig.KubeProxyConfiguration)
-		if errs := kubeproxyvalidation.Validate(cfg); len(errs) > 0 {
-			t.Errorf("kube-proxy rejects its configuration: %v", errs.ToAggregate())
-		}
+		// What kube-proxy's own code makes of its flags, with its defaults.
+		cfg := kubeProxyConfiguration(t, c.Command[2:])
 		if cfg.Mode != kubeproxyconfig.ProxyModeIPTables {
 			t.Errorf("mode %q, want iptables", cfg.Mode)
 		}
@@ -129,6 +130,9 @@ func TestTenantKubeProxy(t *testing.T) {
 		}
 		if cfg.Linux.Conntrack.MaxPerCore == nil || *cfg.Linux.Conntrack.MaxPerCore != 0 {
 			t.Errorf("conntrack maxPerCore %v: want 0, the node's table size left alone", cfg.Linux.Conntrack.MaxPerCore)
+		}
+		if keys := slices.Sorted(maps.Keys(cm.Data)); !slices.Equal(keys, []string{controlplane.KeyKubeProxyKubeconfig}) {
+			t.Errorf("ConfigMap keys %q: only the kubeconfig, the rest is in the pod's flags, which the tenant's apiserver pins", keys)
 		}
 
 		kc, err := kubeconfig.Parse([]byte(cm.Data[controlplane.KeyKubeProxyKubeconfig]))
@@ -222,11 +226,49 @@ func TestKubeProxyEveryNode(t *testing.T) {
 	if sel := objs.DaemonSet.Spec.Template.Spec.NodeSelector; len(sel) != 0 {
 		t.Errorf("node selector %v, want none", sel)
 	}
-	obj, _, err := kubeproxyscheme.Codecs.UniversalDecoder().Decode([]byte(objs.ConfigMap.Data[controlplane.KeyKubeProxyConfig]), nil, nil)
+	cfg := kubeProxyConfiguration(t, objs.DaemonSet.Spec.Template.Spec.Containers[0].Command[2:])
+	if cidrs := cfg.DetectLocal.ClusterCIDRs; !slices.Equal(cidrs, []string{"10.244.0.0/16"}) {
+		t.Errorf("cluster CIDRs %v", cidrs)
+	}
+}
+
+// kubeProxyConfiguration is the configuration kube-proxy's own code makes of flags: parsed,
+// completed with its defaults and validated by it, then written out (--write-config-to) and
+// decoded strictly.
+func kubeProxyConfiguration(t *testing.T, flags []string) *kubeproxyconfig.KubeProxyConfiguration {
+	t.Helper()
+	t.Setenv("NODE_NAME", "node-1")
+	out := filepath.Join(t.TempDir(), "config.yaml")
+	o := proxyapp.NewOptions()
+	fs := pflag.NewFlagSet("kube-proxy", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	expanded := make([]string, len(flags))
+	for i, f := range flags {
+		expanded[i] = strings.ReplaceAll(f, "$(NODE_NAME)", "node-1")
+	}
+	if err := fs.Parse(append(expanded, "--write-config-to="+out)); err != nil {
+		t.Fatalf("kube-proxy refuses its flags %q: %v", flags, err)
+	}
+	if err := o.Complete(fs); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatalf("kube-proxy rejects its flags %q: %v", flags, err)
+	}
+	if err := o.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cidrs := obj.(*kubeproxyconfig.KubeProxyConfiguration).DetectLocal.ClusterCIDRs; !slices.Equal(cidrs, []string{"10.244.0.0/16"}) {
-		t.Errorf("cluster CIDRs %v", cidrs)
+	obj, _, err := kubeproxyscheme.Codecs.UniversalDecoder().Decode(data, nil, nil)
+	if err != nil {
+		t.Fatalf("decoding what kube-proxy wrote: %v\n%s", err, data)
 	}
+	cfg := obj.(*kubeproxyconfig.KubeProxyConfiguration)
+	if errs := kubeproxyvalidation.Validate(cfg); len(errs) > 0 {
+		t.Errorf("kube-proxy rejects its configuration: %v", errs.ToAggregate())
+	}
+	return cfg
 }

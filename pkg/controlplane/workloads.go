@@ -589,6 +589,10 @@ func apiServerFlags(vc *v1alpha1.VirtualCluster, s Settings) Flags {
 			"service-cluster-ip-range":           s.ServiceCIDR,
 			"tls-cert-file":                      pkiPath(LeafAPIServer.CertFile()),
 			"tls-private-key-file":               pkiPath(LeafAPIServer.KeyFile()),
+			// KubeNest's tenant guard (nest-controlplane apiserver): what pods on nodes may do,
+			// and which kube-proxy pods are the operator's.
+			"kubenest-node-pod-security": nodePodSecurity(vc),
+			"kubenest-kube-proxy-image":  s.Image,
 		},
 		Defaults: map[string]string{
 			"enable-admission-plugins":        "NodeRestriction",
@@ -597,6 +601,15 @@ func apiServerFlags(vc *v1alpha1.VirtualCluster, s Settings) Flags {
 		},
 		Extra: vc.Spec.ControlPlane.APIServer.ExtraArgs,
 	}
+}
+
+// nodePodSecurity is the Pod Security level of pods on the tenant's nodes, as the tenant
+// guard's flag takes it.
+func nodePodSecurity(vc *v1alpha1.VirtualCluster) string {
+	if vc.Spec.Nodes.Privileged() {
+		return "privileged"
+	}
+	return "baseline"
 }
 
 // controllerManagerFlags are the kube-controller-manager's flags.

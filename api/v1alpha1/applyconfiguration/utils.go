@@ -52,6 +52,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.PoolNodeSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("PoolNodeStatus"):
 		return &apiv1alpha1.PoolNodeStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("Quarantine"):
+		return &apiv1alpha1.QuarantineApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeyReference"):
 		return &apiv1alpha1.SecretKeyReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TenantReference"):

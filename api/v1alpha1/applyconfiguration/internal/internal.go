@@ -181,6 +181,8 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: request
       type:
         scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.NodePodSecurity
+  scalar: string
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.NodePromotion
   map:
     fields:
@@ -196,6 +198,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.NodesSpec
   map:
     fields:
+    - name: podSecurity
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.NodePodSecurity
     - name: promotions
       type:
         list:
@@ -268,6 +273,18 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: phase
       type:
         namedType: com.github.kubenest-io.kubenest.api.v1alpha1.PoolNodePhase
+    - name: quarantine
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.Quarantine
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.Quarantine
+  map:
+    fields:
+    - name: since
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: tenant
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.TenantReference
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.SecretKeyReference
   map:
     fields:

@@ -2,6 +2,10 @@
 
 package v1alpha1
 
+import (
+	apiv1alpha1 "github.com/kubenest-io/kubenest/api/v1alpha1"
+)
+
 // NodesSpecApplyConfiguration represents a declarative configuration of the NodesSpec type for use
 // with apply.
 //
@@ -13,6 +17,16 @@ type NodesSpecApplyConfiguration struct {
 	// shared gives the tenant a virtual node backed by the host's shared nodes: pods the tenant
 	// schedules there run as pods in the VirtualCluster's host namespace.
 	Shared *bool `json:"shared,omitempty"`
+	// podSecurity is the Pod Security level every pod of the tenant must meet to be bound to a
+	// node, enforced by the tenant's own apiserver whatever the tenant's namespaces say.
+	// Baseline (the default) allows no privileged containers, host namespaces, host paths or
+	// host ports: the tenant's admin does not become root on the host nodes lent to it.
+	// Privileged is for tenants the platform trusts with root on their lent nodes: setting it
+	// takes the verb "grant-privileged" on virtualclusters (kubenest.io) in the host, and a
+	// node lent to such a tenant is quarantined when it comes back (its PoolNode's phase is
+	// Quarantined and its kubelet stays stopped) until the platform marks it clean. The shared
+	// node runs no privileged pod either way.
+	PodSecurity *apiv1alpha1.NodePodSecurity `json:"podSecurity,omitempty"`
 }
 
 // NodesSpecApplyConfiguration constructs a declarative configuration of the NodesSpec type for use with
@@ -39,5 +53,13 @@ func (b *NodesSpecApplyConfiguration) WithPromotions(values ...*NodePromotionApp
 // If called multiple times, the Shared field is set to the value of the last call.
 func (b *NodesSpecApplyConfiguration) WithShared(value bool) *NodesSpecApplyConfiguration {
 	b.Shared = &value
+	return b
+}
+
+// WithPodSecurity sets the PodSecurity field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PodSecurity field is set to the value of the last call.
+func (b *NodesSpecApplyConfiguration) WithPodSecurity(value apiv1alpha1.NodePodSecurity) *NodesSpecApplyConfiguration {
+	b.PodSecurity = &value
 	return b
 }

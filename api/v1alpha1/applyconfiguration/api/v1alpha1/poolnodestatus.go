@@ -18,6 +18,10 @@ type PoolNodeStatusApplyConfiguration struct {
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// agent is the node agent's own report.
 	Agent *AgentStatusApplyConfiguration `json:"agent,omitempty"`
+	// quarantine, once set, says the node was lent to a tenant granted privileged pods, which
+	// may have changed anything on it: when it leaves that tenant it serves no cluster until
+	// the platform marks it clean (AnnotationMarkClean).
+	Quarantine *QuarantineApplyConfiguration `json:"quarantine,omitempty"`
 }
 
 // PoolNodeStatusApplyConfiguration constructs a declarative configuration of the PoolNodeStatus type for use with
@@ -52,5 +56,13 @@ func (b *PoolNodeStatusApplyConfiguration) WithConditions(values ...*v1.Conditio
 // If called multiple times, the Agent field is set to the value of the last call.
 func (b *PoolNodeStatusApplyConfiguration) WithAgent(value *AgentStatusApplyConfiguration) *PoolNodeStatusApplyConfiguration {
 	b.Agent = value
+	return b
+}
+
+// WithQuarantine sets the Quarantine field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Quarantine field is set to the value of the last call.
+func (b *PoolNodeStatusApplyConfiguration) WithQuarantine(value *QuarantineApplyConfiguration) *PoolNodeStatusApplyConfiguration {
+	b.Quarantine = value
 	return b
 }

@@ -1,0 +1,158 @@
+package smoke
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubenest-io/kubenest/internal/testtenant"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
+)
+
+// TestTenantGuard attacks a tenant's apiserver as its own admin (system:masters), with the
+// flags the operator gives it: what would reach past the tenant is refused with a message that
+// says why, and the legitimate use next to it works.
+func TestTenantGuard(t *testing.T) {
+	bin := testtenant.Binaries(t)
+	vc := testtenant.VirtualCluster("guard", "6b1f7a52-0000-4000-8000-000000000002")
+	tenant, cfg := testtenant.RunStandalone(t, bin, vc)
+	client := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := tenant.WaitReady(ctx, cfg); err != nil {
+		t.Fatalf("tenant apiserver not ready: %v", err)
+	}
+	tenantRange := controlplane.DefaultSettings().ServiceCIDR // what RunStandalone runs it with
+
+	refused := func(what string, err error, says ...string) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s: accepted", what)
+			return
+		}
+		t.Logf("%s: refused: %v", what, err)
+		for _, s := range says {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("%s: %v, want it to say %q", what, err, s)
+			}
+		}
+	}
+
+	t.Run("Service addresses stay in the tenant's range", func(t *testing.T) {
+		for _, cidr := range []string{"10.96.0.0/16", "10.0.0.0/8"} {
+			_, err := client.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{
+				ObjectMeta: metav1.ObjectMeta{Name: "steal-" + strings.NewReplacer(".", "-", "/", "-").Replace(cidr)},
+				Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{cidr}},
+			}, metav1.CreateOptions{})
+			refused("ServiceCIDR "+cidr, err, "KubeNestTenantGuard", "spec.cidrs[0]", "outside this tenant's Service range "+tenantRange)
+		}
+		svc := func(name, ip string) *corev1.Service {
+			return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.ServiceSpec{
+				ClusterIP: ip, Ports: []corev1.ServicePort{{Port: 80}}, Selector: map[string]string{"app": name}}}
+		}
+		_, err := client.CoreV1().Services("default").Create(ctx, svc("host-address", "10.96.0.88"), metav1.CreateOptions{})
+		refused("a Service at the host's 10.96.0.88", err, "10.96.0.88")
+		ext := svc("external", "")
+		ext.Spec.ExternalIPs = []string{"172.30.0.1"}
+		_, err = client.CoreV1().Services("default").Create(ctx, ext, metav1.CreateOptions{})
+		refused("a Service with external IPs", err, "KubeNestTenantGuard", "spec.externalIPs")
+		// The legitimate use: a Service at an address of its own range.
+		if _, err := client.CoreV1().Services("default").Create(ctx, svc("web", "10.254.0.77"), metav1.CreateOptions{}); err != nil {
+			t.Errorf("a Service at 10.254.0.77, in the tenant's range: %v", err)
+		}
+	})
+
+	t.Run("pods on nodes meet Pod Security baseline, whatever the namespace says", func(t *testing.T) {
+		// The tenant's admin labels a namespace privileged; the guard does not read labels.
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "attack", Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
+		if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitServiceAccount(t, ctx, client, "attack", "default")
+		root := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "attack"},
+			Spec: corev1.PodSpec{
+				NodeName: "lent-1", HostPID: true,
+				Containers: []corev1.Container{{Name: "sh", Image: "busybox", Command: []string{"sleep", "3600"},
+					SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+					VolumeMounts:    []corev1.VolumeMount{{Name: "host", MountPath: "/h"}}}},
+				Volumes: []corev1.Volume{{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}},
+			},
+		}
+		_, err := client.CoreV1().Pods("attack").Create(ctx, root, metav1.CreateOptions{})
+		refused("a privileged pod with hostPID and the host's / on a lent node", err,
+			"KubeNestTenantGuard", `Pod Security "baseline"`, "privileged", "hostPID", "hostPath", "node lent-1")
+
+		// Unbound, it is admitted; the binding is refused.
+		unbound := root.DeepCopy()
+		unbound.Spec.NodeName = ""
+		if _, err := client.CoreV1().Pods("attack").Create(ctx, unbound, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("an unbound pod: %v", err)
+		}
+		err = client.CoreV1().Pods("attack").Bind(ctx, &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "attack"}, Target: corev1.ObjectReference{Kind: "Node", Name: "lent-1"}}, metav1.CreateOptions{})
+		refused("binding the privileged pod to a lent node", err, "KubeNestTenantGuard", "privileged")
+
+		plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "attack"},
+			Spec: corev1.PodSpec{NodeName: "lent-1", Containers: []corev1.Container{{Name: "app", Image: "busybox"}}}}
+		created, err := client.CoreV1().Pods("attack").Create(ctx, plain, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("a baseline pod on a lent node: %v", err)
+		}
+		debug := created.DeepCopy()
+		debug.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: "debug", Image: "busybox", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}}
+		_, err = client.CoreV1().Pods("attack").UpdateEphemeralContainers(ctx, "plain", debug, metav1.UpdateOptions{})
+		refused("a privileged ephemeral container in a pod on a lent node", err, "KubeNestTenantGuard", "privileged")
+	})
+
+	t.Run("the operator's kube-proxy runs privileged, and nothing dressed as it", func(t *testing.T) {
+		objs, err := controlplane.TenantKubeProxy(controlplane.DefaultSettings(), "https://192.0.2.10:31443", []byte("ca"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.CoreV1().ServiceAccounts("kube-system").Create(ctx, objs.ServiceAccount, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy-abcde", Namespace: "kube-system"}, Spec: *objs.DaemonSet.Spec.Template.Spec.DeepCopy()}
+		pod.Spec.NodeName = "lent-1"
+		if _, err := client.CoreV1().Pods("kube-system").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("the operator's kube-proxy on a lent node: %v", err)
+		}
+		shell := pod.DeepCopy()
+		shell.Name = "kube-proxy-shell"
+		shell.Spec.Containers[0].Command = []string{"/bin/sh", "-c", "sleep 3600"}
+		_, err = client.CoreV1().Pods("kube-system").Create(ctx, shell, metav1.CreateOptions{})
+		refused("a pod dressed as kube-proxy running a shell", err, "KubeNestTenantGuard", "privileged")
+		// The running kube-proxy's image swapped for another.
+		current, err := client.CoreV1().Pods("kube-system").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		current.Spec.Containers[0].Image = "evil.example/shell:1"
+		_, err = client.CoreV1().Pods("kube-system").Update(ctx, current, metav1.UpdateOptions{})
+		refused("the kube-proxy pod's image swapped", err, "KubeNestTenantGuard", "privileged")
+	})
+}
+
+func waitServiceAccount(t *testing.T, ctx context.Context, client kubernetes.Interface, ns, name string) {
+	t.Helper()
+	for {
+		if _, err := client.CoreV1().ServiceAccounts(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("ServiceAccount %s/%s never appeared", ns, name)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

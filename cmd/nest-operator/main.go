@@ -13,6 +13,7 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -54,6 +55,7 @@ func run() error {
 		nodePortAddress                                string
 		virtualNodeAddress, virtualNodeName            string
 		namespace                                      string
+		issuers                                        string
 	)
 	fs := flag.CommandLine
 	fs.Usage = func() {
@@ -86,6 +88,7 @@ Flags:
 	fs.StringVar(&virtualNodeName, "virtual-node-name", "kubenest-shared", "Name of the shared virtual node in every tenant.")
 	fs.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "kubenest-system"), "The operator's own namespace, where lent nodes' join Secrets go.")
 	fs.DurationVar(&settings.LeafValidity, "leaf-certificate-validity", 0, "Validity of tenant leaf certificates; 0 means one year. Short values are for testing rotation.")
+	fs.StringVar(&issuers, "cert-manager-issuers", "", "cert-manager issuers tenants may have sign their cluster CA (spec.pki.issuerRef), comma-separated: ClusterIssuer/<name>, Issuer/<name> (in the tenant's own namespace), Kind.group/<name> for an external issuer, \"*\" as the name for any. Empty allows none: such a CA is an intermediate of the platform's whose key is in the tenant's namespace.")
 	fs.BoolVar(&allowTestAnnotations, "allow-test-annotations", false, "Honour annotations meant for tests, such as "+v1alpha1.AnnotationTestLeafValidity+". Never on in production.")
 	fs.BoolVar(&showVersion, "version", false, "Print the version and exit.")
 	klog.InitFlags(fs)
@@ -105,6 +108,10 @@ Flags:
 	}
 	if err := settings.Validate(); err != nil {
 		return err
+	}
+	allowedIssuers, err := virtualcluster.ParseIssuerAllowList(issuers)
+	if err != nil {
+		return fmt.Errorf("--cert-manager-issuers: %w", err)
 	}
 	ctrl.SetLogger(klog.Background())
 	log := ctrl.Log.WithName("setup")
@@ -145,12 +152,13 @@ Flags:
 		Cache: cache.Options{
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
-				&corev1.Secret{}:      owned,
-				&corev1.ConfigMap{}:   owned,
-				&corev1.Pod{}:         owned,
-				&corev1.Service{}:     owned,
-				&appsv1.StatefulSet{}: owned,
-				&appsv1.Deployment{}:  owned,
+				&corev1.Secret{}:                owned,
+				&corev1.ConfigMap{}:             owned,
+				&corev1.Pod{}:                   owned,
+				&corev1.Service{}:               owned,
+				&appsv1.StatefulSet{}:           owned,
+				&appsv1.Deployment{}:            owned,
+				&policyv1.PodDisruptionBudget{}: owned,
 			},
 		},
 	})
@@ -158,6 +166,9 @@ Flags:
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
+	// The one place the operator reaches tenants from: the VirtualCluster reconciler loads each
+	// tenant's authorities into it, and everything else reads it.
+	tenants := &tenantclient.Registry{}
 	var shared *virtualcluster.SharedNodes
 	if virtualNodeAddress != "" {
 		if net.ParseIP(virtualNodeAddress) == nil {
@@ -179,6 +190,8 @@ Flags:
 		Recorder:        mgr.GetEventRecorder("kubenest-operator"),
 		NodePortAddress: nodePortAddress,
 		SharedNodes:     shared,
+		Tenants:         tenants,
+		AllowedIssuers:  allowedIssuers,
 
 		AllowTestAnnotations: allowTestAnnotations,
 	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: workers}); err != nil {
@@ -194,7 +207,7 @@ Flags:
 		Kube:          kube,
 		Namespace:     namespace,
 		ClusterDomain: controlplane.TenantClusterDomain,
-		Tenants:       tenantclient.Source{Reader: mgr.GetClient()},
+		Tenants:       tenants,
 		Recorder:      mgr.GetEventRecorder("kubenest-poolnode"),
 	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: workers}); err != nil {
 		return fmt.Errorf("setting up the PoolNode controller: %w", err)

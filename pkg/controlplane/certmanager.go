@@ -3,6 +3,8 @@ package controlplane
 import (
 	"bytes"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -19,7 +21,14 @@ import (
 // tenant's cluster CA. Its private key is never rotated: cert-manager's renewals then keep the
 // key, so every leaf the CA signed stays valid and every client that trusts it keeps working.
 // The issued Secret carries the VirtualCluster's labels, so the operator sees it change.
-func CACertificate(vc *v1alpha1.VirtualCluster) (*cmapi.Certificate, error) {
+//
+// The CA is a platform issuer's intermediate whose key lives in the tenant's namespace, so it
+// is constrained to the tenant's own names (permitted, CANameConstraints): whatever a tenant
+// signs with it for another name, a client that trusts the platform's root refuses. A path
+// length limit would be asked for too, but cert-manager sets none on the certificates it
+// issues (v1.21: the basic constraints of a Certificate carry isCA only); name constraints
+// bind every certificate below the CA, sub-CAs included.
+func CACertificate(vc *v1alpha1.VirtualCluster, permitted []string) (*cmapi.Certificate, error) {
 	if vc.Spec.PKI == nil {
 		return nil, fmt.Errorf("spec.pki: not set")
 	}
@@ -44,8 +53,32 @@ func CACertificate(vc *v1alpha1.VirtualCluster) (*cmapi.Certificate, error) {
 			},
 			Usages:    []cmapi.KeyUsage{cmapi.UsageCertSign, cmapi.UsageCRLSign, cmapi.UsageDigitalSignature},
 			IssuerRef: cmmeta.IssuerReference{Name: ref.Name, Kind: ref.Kind, Group: ref.Group},
+			NameConstraints: &cmapi.NameConstraints{
+				Critical:  true,
+				Permitted: &cmapi.NameConstraintItem{DNSDomains: permitted},
+			},
 		},
 	}, nil
+}
+
+// CANameConstraints are the DNS domains a tenant's cluster CA may sign for: the names in the
+// certificates it issues (specs, the leaves LeafSpecs lists, and more, such as the shared
+// node's name), each with its subdomains, as a name constraint reads. IP addresses are not
+// constrained: the addresses the tenant is reached at (a host node's, a load balancer's, the
+// operator pod's for the shared node) change during its life, and a CA is made once.
+func CANameConstraints(specs map[Leaf]LeafSpec, more ...string) []string {
+	var out []string
+	for _, spec := range specs {
+		if spec.Issuer != IssuerCA {
+			continue
+		}
+		for _, n := range spec.DNSNames {
+			out = append(out, strings.TrimPrefix(n, "*."))
+		}
+	}
+	out = append(out, more...)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // IssuedCA reads the CA cert-manager wrote into the Secret CACertificate names, and checks it

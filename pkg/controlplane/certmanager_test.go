@@ -8,7 +8,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,9 +49,13 @@ func TestCACertificate(t *testing.T) {
 	vc := newVC(func(vc *v1alpha1.VirtualCluster) {
 		vc.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "platform", Kind: "ClusterIssuer", Group: "cert-manager.io"}}
 	})
-	c, err := controlplane.CACertificate(vc)
+	c, err := controlplane.CACertificate(vc, []string{"kubernetes", "vc-apiserver.ns.svc"})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if nc := c.Spec.NameConstraints; nc == nil || !nc.Critical || nc.Permitted == nil ||
+		!slices.Equal(nc.Permitted.DNSDomains, []string{"kubernetes", "vc-apiserver.ns.svc"}) {
+		t.Errorf("name constraints %+v: want critical, permitting the tenant's names", nc)
 	}
 	if !c.Spec.IsCA || c.Spec.PrivateKey.RotationPolicy != cmapi.RotationPolicyNever {
 		t.Errorf("want a CA whose key is never rotated, got isCA=%v rotationPolicy=%q", c.Spec.IsCA, c.Spec.PrivateKey.RotationPolicy)
@@ -59,8 +66,87 @@ func TestCACertificate(t *testing.T) {
 	if c.Spec.SecretTemplate.Labels["kubenest.io/virtualcluster"] != vcName || c.Namespace != vcNS || len(c.OwnerReferences) != 1 {
 		t.Errorf("the Certificate and its Secret must be the tenant's: labels %v, owners %v", c.Spec.SecretTemplate.Labels, c.OwnerReferences)
 	}
-	if _, err := controlplane.CACertificate(newVC()); err == nil {
+	if _, err := controlplane.CACertificate(newVC(), nil); err == nil {
 		t.Error("no spec.pki: want an error")
+	}
+}
+
+// TestCANameConstraints: a tenant CA that a platform issuer signed, constrained to the
+// tenant's names, verifies every certificate the operator issues for the tenant up to the
+// platform's root, and nothing the tenant might sign for another name with the CA's key,
+// which sits in its namespace.
+func TestCANameConstraints(t *testing.T) {
+	vc := newVC(func(vc *v1alpha1.VirtualCluster) {
+		vc.Spec.ControlPlane.Exposure.ExtraSANs = []string{"api.team-a.example.com", "*.apps.team-a.example.com", "192.0.2.7"}
+	})
+	specs := leafSpecs(t, vc, controlplane.DefaultSettings(), controlplane.Exposure{ClusterIP: "10.96.0.20", Address: "node-1.example.net"})
+	permitted := controlplane.CANameConstraints(specs, "kubenest-shared")
+	for _, want := range []string{"kubernetes.default.svc", vcName + "-apiserver." + vcNS + ".svc", "api.team-a.example.com",
+		"apps.team-a.example.com", "node-1.example.net", "kubenest-shared"} {
+		if !slices.Contains(permitted, want) {
+			t.Errorf("permitted %q: missing %s", permitted, want)
+		}
+	}
+	for _, n := range permitted {
+		if strings.Contains(n, "etcd") || strings.HasPrefix(n, "*") {
+			t.Errorf("permitted %q holds %s: only the cluster CA's leaves' names, without wildcards", permitted, n)
+		}
+	}
+
+	// The platform's root signs the tenant CA with those constraints, as cert-manager does.
+	root, err := pki.NewCA("platform-root", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: vcName + "-ca"},
+		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(90 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true, IsCA: true,
+		PermittedDNSDomainsCritical: true, PermittedDNSDomains: permitted,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, root.Cert, key.Public(), root.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAuthorities(t)
+	a.AdoptIssuedCA(&pki.KeyPair{Cert: caCert, Key: key})
+	leaves, _ := ensure(t, a, specs, nil, now)
+
+	roots, inter := x509.NewCertPool(), x509.NewCertPool()
+	roots.AddCert(root.Cert)
+	inter.AddCert(caCert)
+	verify := func(c *x509.Certificate, name string, usage x509.ExtKeyUsage) error {
+		_, err := c.Verify(x509.VerifyOptions{DNSName: name, Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}})
+		return err
+	}
+	server := leaves[controlplane.LeafAPIServer].Cert
+	for _, name := range []string{"kubernetes.default.svc", vcName + "-apiserver." + vcNS + ".svc", "api.team-a.example.com", "x.apps.team-a.example.com", "node-1.example.net"} {
+		if err := verify(server, name, x509.ExtKeyUsageServerAuth); err != nil {
+			t.Errorf("the apiserver's certificate for %s does not verify up to the platform's root: %v", name, err)
+		}
+	}
+	if err := verify(leaves[controlplane.LeafAdmin].Cert, "", x509.ExtKeyUsageClientAuth); err != nil {
+		t.Errorf("the admin client certificate does not verify up to the platform's root: %v", err)
+	}
+	// What a tenant could sign itself with the CA's key, for names that are not its own.
+	for _, name := range []string{"www.example.com", "kubernetes.default.svc.evil.example.com", "kubenest-operator.kubenest-system.svc"} {
+		forged, err := a.CA.Issue(pki.CertSpec{CommonName: name, DNSNames: []string{name}, Usage: pki.UsageServer}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var invalid x509.CertificateInvalidError
+		if err := verify(forged.Cert, name, x509.ExtKeyUsageServerAuth); !errors.As(err, &invalid) || invalid.Reason != x509.CANotAuthorizedForThisName {
+			t.Errorf("a certificate for %s signed with the tenant's CA: %v, want refused by the name constraints", name, err)
+		}
 	}
 }
 

@@ -52,6 +52,18 @@ func InHost(pn *v1alpha1.PoolNode) bool {
 	return (a.Cluster == v1alpha1.ClusterHost || a.Cluster == "") && a.Step == ""
 }
 
+// OutOfService says whether the kubelet serves no cluster, done switching: a quarantined node's.
+func OutOfService(pn *v1alpha1.PoolNode) bool {
+	a := pn.Status.Agent
+	return a.Cluster == v1alpha1.ClusterNone && a.Step == ""
+}
+
+// Quarantined says whether a node the host has back must stay out of service: it was lent to a
+// tenant that could be root on it, and the platform has not marked it clean.
+func Quarantined(pn *v1alpha1.PoolNode) bool {
+	return pn.Status.Quarantine != nil && pn.Spec.Tenant == nil
+}
+
 // Reporting says whether the node agent reported within timeout of now.
 func Reporting(pn *v1alpha1.PoolNode, now time.Time, timeout time.Duration) bool {
 	hb := pn.Status.Agent.HeartbeatTime
@@ -71,7 +83,9 @@ func Phase(pn *v1alpha1.PoolNode, drained bool, now time.Time, timeout time.Dura
 		return v1alpha1.PoolNodeDraining
 	case t != nil:
 		return v1alpha1.PoolNodeJoiningTenant
-	case InHost(pn):
+	case Quarantined(pn) && OutOfService(pn):
+		return v1alpha1.PoolNodeQuarantined
+	case InHost(pn) && !Quarantined(pn):
 		return v1alpha1.PoolNodeInHost
 	default:
 		return v1alpha1.PoolNodeReturning

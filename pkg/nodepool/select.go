@@ -6,13 +6,31 @@ package nodepool
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/naming"
 )
+
+// ControlPlaneSelector selects every tenant's etcd and control-plane pods in the host: a node
+// that runs one is never lent, since lending drains it.
+var ControlPlaneSelector = func() labels.Selector {
+	component, err := labels.NewRequirement(naming.LabelComponent, selection.In, []string{naming.ComponentEtcd, naming.ComponentControlPlane})
+	if err != nil {
+		panic(err)
+	}
+	tenant, err := labels.NewRequirement(naming.LabelVirtualCluster, selection.Exists, nil)
+	if err != nil {
+		panic(err)
+	}
+	return labels.NewSelector().Add(*component, *tenant)
+}()
 
 // Candidate is a lendable node as selection sees it.
 type Candidate struct {
@@ -23,8 +41,10 @@ type Candidate struct {
 	// Tenant is who the node is lent to; nil when it is free.
 	Tenant *v1alpha1.TenantReference
 	// Available says a free node can be lent now: it is in the host, Ready, and its node agent
-	// reports.
+	// reports; and it runs no tenant's control plane and is not quarantined.
 	Available bool
+	// Why says, for a free node that is not available, why not.
+	Why string
 }
 
 // Request asks for Count nodes matching Selector.
@@ -42,11 +62,21 @@ type Shortfall struct {
 	Want, Have    int
 	LentElsewhere int
 	Unavailable   int
+	// Why are the reasons the unavailable nodes gave, by node name.
+	Why map[string]string
 }
 
 func (s Shortfall) String() string {
-	return fmt.Sprintf("not enough free nodes for request %s: it has %d of %d; of the other matching nodes %d are lent to other tenants and %d are not available",
+	msg := fmt.Sprintf("not enough free nodes for request %s: it has %d of %d; of the other matching nodes %d are lent to other tenants and %d are not available",
 		s.Request, s.Have, s.Want, s.LentElsewhere, s.Unavailable)
+	var why []string
+	for _, n := range slices.Sorted(maps.Keys(s.Why)) {
+		why = append(why, n+": "+s.Why[n])
+	}
+	if len(why) > 0 {
+		msg += " (" + strings.Join(why, "; ") + ")"
+	}
+	return msg
 }
 
 // Plan is what selection decided for one tenant.
@@ -111,6 +141,12 @@ func Select(uid types.UID, requests []Request, pool []Candidate) Plan {
 			case c.Tenant != nil || taken:
 			case !c.Available:
 				short.Unavailable++
+				if c.Why != "" {
+					if short.Why == nil {
+						short.Why = map[string]string{}
+					}
+					short.Why[c.Name] = c.Why
+				}
 			case got < r.Count:
 				plan.Assign[c.Name] = r.Name
 				got++

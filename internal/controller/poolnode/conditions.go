@@ -1,6 +1,7 @@
 package poolnode
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
@@ -29,4 +30,16 @@ func (c conditionSetter) kubeletReady(ok bool, where string) {
 		return
 	}
 	c.Set(v1alpha1.PoolNodeConditionKubeletReady, false, "NotReady", where+" but is not Ready")
+}
+
+// clean says whether the node is to be trusted: false while it is quarantined.
+func (c conditionSetter) clean(pn *v1alpha1.PoolNode) {
+	q := pn.Status.Quarantine
+	if q == nil {
+		c.Set(v1alpha1.PoolNodeConditionClean, true, "Clean", "no tenant that could be root on the node has had it since it was last marked clean")
+		return
+	}
+	c.Set(v1alpha1.PoolNodeConditionClean, false, "LentPrivileged", fmt.Sprintf(
+		"lent to %s since %s, which may run privileged pods on it: once the node is back it serves no cluster; reimage it, then annotate its PoolNode %s=<anything>",
+		nodepool.TenantKey(&q.Tenant), q.Since.UTC().Format(time.RFC3339), v1alpha1.AnnotationMarkClean))
 }

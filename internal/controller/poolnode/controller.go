@@ -61,9 +61,10 @@ type Reconciler struct {
 	// ClusterDomain is the tenants' DNS domain, for lent kubelets; their cluster DNS address
 	// comes from each tenant's Service range.
 	ClusterDomain string
-	Tenants       tenantclient.Source
-	Recorder      events.EventRecorder
-	Clock         clock.PassiveClock
+	// Tenants reaches tenants' apiservers, with what the VirtualCluster reconciler loaded.
+	Tenants  *tenantclient.Registry
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
 	// AgentTimeout is how long a node agent may stay silent before its node is Unreachable.
 	AgentTimeout time.Duration
 }
@@ -72,6 +73,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=kubenest.io,resources=poolnodes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=get
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
 
@@ -117,11 +119,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 
+	if err := r.markClean(ctx, pn); err != nil {
+		return reconcile.Result{}, err
+	}
 	before := pn.DeepCopy()
 	now := r.Clock.Now()
 	conds := conditionSetter{condition.Setter{List: &pn.Status.Conditions, Generation: pn.Generation, Now: now}}
 	result, drained, err := r.reconcileNode(ctx, pn, node, conds)
 	conds.reporting(pn, now, r.AgentTimeout)
+	conds.clean(pn)
 	pn.Status.Phase = nodepool.Phase(pn, drained, now, r.AgentTimeout)
 	if perr := r.Client.Status().Patch(ctx, pn, client.MergeFrom(before)); client.IgnoreNotFound(perr) != nil {
 		err = errors.Join(err, fmt.Errorf("patching status: %w", perr))
@@ -162,6 +168,15 @@ func (r *Reconciler) reconcileNode(ctx context.Context, pn *v1alpha1.PoolNode, n
 		if node == nil {
 			conds.Set(v1alpha1.PoolNodeConditionDrained, false, "NodeMissing", "the host has no Node of this name")
 			return reconcile.Result{RequeueAfter: steadyInterval}, false, nil
+		}
+		if cp, err := r.controlPlaneOn(ctx, node.Name); err != nil || cp != "" {
+			if err != nil {
+				return reconcile.Result{}, false, err
+			}
+			// Picked while that pod was being scheduled there: the node is given back rather
+			// than the pod evicted (an ephemeral etcd would lose its data). The tenant is
+			// offered another node, if there is one.
+			return reconcile.Result{}, false, r.refuseLending(ctx, pn, t, cp)
 		}
 		remaining, why, err := r.drain(ctx, node)
 		if err != nil {
@@ -213,6 +228,21 @@ func (r *Reconciler) reconcileNode(ctx context.Context, pn *v1alpha1.PoolNode, n
 		ctrl.LoggerFrom(ctx).Info("node given back; its agent returns the kubelet to the host")
 		return reconcile.Result{RequeueAfter: switchRetryInterval}, false, nil
 
+	case nodepool.Quarantined(pn) && !nodepool.OutOfService(pn):
+		conds.Set(v1alpha1.PoolNodeConditionKubeletReady, false, "Quarantining",
+			"the node agent is stopping the kubelet: the node is quarantined and serves no cluster until it is marked clean"+agentSays(pn))
+		return reconcile.Result{RequeueAfter: switchRetryInterval}, false, nil
+
+	case nodepool.Quarantined(pn):
+		// Out of the tenant, and out of the host's service too: the node stays cordoned, its
+		// kubelet stopped, until the platform reimages it and marks it clean.
+		if err := r.forgetTenant(ctx, pn.Name, ""); err != nil {
+			return reconcile.Result{}, false, err
+		}
+		conds.Set(v1alpha1.PoolNodeConditionKubeletReady, false, "Quarantined", "the kubelet serves no cluster until the node is marked clean")
+		meta.RemoveStatusCondition(&pn.Status.Conditions, v1alpha1.PoolNodeConditionDrained)
+		return reconcile.Result{}, false, nil
+
 	case !nodepool.InHost(pn):
 		conds.Set(v1alpha1.PoolNodeConditionKubeletReady, false, "Returning", "the node agent is moving the kubelet back to the host"+agentSays(pn))
 		return reconcile.Result{RequeueAfter: switchRetryInterval}, false, nil
@@ -231,6 +261,59 @@ func (r *Reconciler) reconcileNode(ctx context.Context, pn *v1alpha1.PoolNode, n
 		meta.RemoveStatusCondition(&pn.Status.Conditions, v1alpha1.PoolNodeConditionDrained)
 		return reconcile.Result{}, false, nil
 	}
+}
+
+// markClean ends a node's quarantine when the platform marks it clean (AnnotationMarkClean):
+// the status forgets it, the annotation goes, and the node agent brings the kubelet back to the
+// host (or, on a reimaged machine, finds it there already).
+func (r *Reconciler) markClean(ctx context.Context, pn *v1alpha1.PoolNode) error {
+	if _, ok := pn.Annotations[v1alpha1.AnnotationMarkClean]; !ok {
+		return nil
+	}
+	if q := pn.Status.Quarantine; q != nil {
+		patch := client.MergeFrom(pn.DeepCopy())
+		pn.Status.Quarantine = nil
+		if err := r.Client.Status().Patch(ctx, pn, patch); err != nil {
+			return fmt.Errorf("clearing the quarantine: %w", err)
+		}
+		ctrl.LoggerFrom(ctx).Info("node marked clean; its quarantine ends", "lentTo", nodepool.TenantKey(&q.Tenant))
+		r.Recorder.Eventf(pn, nil, corev1.EventTypeNormal, "MarkedClean", "Reconcile",
+			"marked clean: the quarantine that began when the node was lent to %s ends", nodepool.TenantKey(&q.Tenant))
+	}
+	patch := client.MergeFrom(pn.DeepCopy())
+	delete(pn.Annotations, v1alpha1.AnnotationMarkClean)
+	if err := r.Client.Patch(ctx, pn, patch); err != nil {
+		return fmt.Errorf("removing annotation %s: %w", v1alpha1.AnnotationMarkClean, err)
+	}
+	return nil
+}
+
+// controlPlaneOn names a tenant etcd or control-plane pod that runs on the node, if any.
+func (r *Reconciler) controlPlaneOn(ctx context.Context, node string) (string, error) {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.MatchingLabelsSelector{Selector: nodepool.ControlPlaneSelector}); err != nil {
+		return "", fmt.Errorf("listing tenants' control-plane pods: %w", err)
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == node && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			return "pod " + p.Namespace + "/" + p.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// refuseLending gives back a node that was picked for a tenant but runs a tenant's control
+// plane (cp), with an event saying so.
+func (r *Reconciler) refuseLending(ctx context.Context, pn *v1alpha1.PoolNode, t *v1alpha1.TenantReference, cp string) error {
+	patch := client.MergeFromWithOptions(pn.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	pn.Spec.Tenant = nil
+	if err := r.Client.Patch(ctx, pn, patch); err != nil {
+		return fmt.Errorf("giving the node back: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("not lending the node: it runs a tenant's control plane", "tenant", nodepool.TenantKey(t), "pod", cp)
+	r.Recorder.Eventf(pn, nil, corev1.EventTypeWarning, "ControlPlaneOnNode", "Drain",
+		"not lent to %s: the node runs %s, a tenant's control plane, which lending would evict", nodepool.TenantKey(t), cp)
+	return nil
 }
 
 // adopt makes a PoolNode for a Node labelled lendable; the Node owns it.
@@ -372,9 +455,9 @@ func (r *Reconciler) tenantNodeReady(ctx context.Context, t *v1alpha1.TenantRefe
 	if err != nil || vc == nil {
 		return false, "the tenant cannot be read"
 	}
-	cs, err := r.Tenants.Clientset(ctx, vc)
+	cs, err := r.Tenants.Clientset(vc)
 	if err != nil {
-		return false, "the tenant cannot be reached"
+		return false, "the tenant cannot be reached: " + err.Error()
 	}
 	n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -44,11 +45,11 @@ func (r *Reconciler) ensureJoinSecret(ctx context.Context, pn *v1alpha1.PoolNode
 		}
 	}
 
-	cfg, err := r.Tenants.Config(ctx, vc)
+	cfg, err := r.Tenants.Config(vc)
 	if err != nil {
 		return "", err
 	}
-	tenant, err := r.Tenants.Clientset(ctx, vc)
+	tenant, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return "", err
 	}
@@ -141,7 +142,7 @@ func (r *Reconciler) forgetTenant(ctx context.Context, node string, keep types.U
 	vc := &v1alpha1.VirtualCluster{}
 	err = r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, vc)
 	if err == nil && string(vc.UID) == string(join.Data[nodepool.JoinKeyTenantUID]) && vc.DeletionTimestamp.IsZero() {
-		tenant, err := r.Tenants.Clientset(ctx, vc)
+		tenant, err := r.Tenants.Clientset(vc)
 		if err != nil {
 			return err
 		}

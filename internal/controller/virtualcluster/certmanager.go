@@ -3,6 +3,7 @@ package virtualcluster
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
@@ -23,18 +24,29 @@ import (
 // +kubebuilder:rbac:groups=cert-manager.io,resources=issuers;clusterissuers,verbs=get
 
 // issuedCA asks the cert-manager issuer in spec.pki for the tenant's cluster CA and returns it
-// once issued. Until then it returns nil and says why in the CertificatesReady condition: no
-// cert-manager in the host, an issuer that does not exist or is not ready, or an issuance
-// still under way. None of these is an error: the next pass looks again.
-func (r *Reconciler) issuedCA(ctx context.Context, vc *v1alpha1.VirtualCluster, conds conditions) (*pki.KeyPair, error) {
+// once issued. Until then it returns nil and says why in the CertificatesReady condition: an
+// issuer the platform does not allow tenants, no cert-manager in the host, an issuer that does
+// not exist or is not ready, or an issuance still under way. None of these is an error: the
+// next pass looks again. The CA is constrained to the names of specs, the tenant's leaves.
+func (r *Reconciler) issuedCA(ctx context.Context, vc *v1alpha1.VirtualCluster, specs map[controlplane.Leaf]controlplane.LeafSpec, conds conditions) (*pki.KeyPair, error) {
 	ref := vc.Spec.PKI.IssuerRef
+	if !r.AllowedIssuers.Allows(ref) {
+		conds.caNotIssued(ReasonIssuerNotAllowed, fmt.Sprintf(
+			"spec.pki.issuerRef: %s is not an issuer the platform lets tenants use (the operator's --cert-manager-issuers: %s); ask the platform team, or create the VirtualCluster without spec.pki",
+			IssuerPattern{Kind: ref.Kind, Group: ref.Group, Name: ref.Name}, r.AllowedIssuers))
+		return nil, nil
+	}
 	if reason, problem, err := r.checkIssuer(ctx, vc.Namespace, ref); err != nil || problem != "" {
 		if problem != "" {
 			conds.caNotIssued(reason, problem)
 		}
 		return nil, err
 	}
-	cert, err := controlplane.CACertificate(vc)
+	var more []string
+	if r.SharedNodes != nil {
+		more = append(more, r.SharedNodes.NodeName)
+	}
+	cert, err := controlplane.CACertificate(vc, controlplane.CANameConstraints(specs, more...))
 	if err != nil {
 		return nil, err
 	}
@@ -135,4 +147,69 @@ func (r *Reconciler) deleteCACertificate(ctx context.Context, vc *v1alpha1.Virtu
 		return nil
 	}
 	return fmt.Errorf("deleting cert-manager Certificate %s: %w", cert.Name, err)
+}
+
+// IssuerPattern names cert-manager issuers tenants may use: Kind/name for cert-manager's own
+// kinds (Issuer, ClusterIssuer), Kind.group/name for an external issuer's; name "*" for any of
+// that kind. An Issuer is always the one in the VirtualCluster's own namespace.
+type IssuerPattern struct {
+	Kind, Group, Name string
+}
+
+func (p IssuerPattern) String() string {
+	kind := p.Kind
+	if p.Group != cmapi.SchemeGroupVersion.Group {
+		kind += "." + p.Group
+	}
+	return kind + "/" + p.Name
+}
+
+// IssuerAllowList are the issuers the platform lets tenants use for their cluster CA. Empty,
+// the default, allows none: an issuer hands a tenant an intermediate CA whose key sits in the
+// tenant's namespace, so the platform chooses which of its issuers may do that.
+type IssuerAllowList []IssuerPattern
+
+// ParseIssuerAllowList reads a comma-separated list of patterns, such as
+// "ClusterIssuer/tenants-ca,Issuer/*".
+func ParseIssuerAllowList(s string) (IssuerAllowList, error) {
+	var out IssuerAllowList
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		kind, name, ok := strings.Cut(item, "/")
+		if !ok || kind == "" || name == "" {
+			return nil, fmt.Errorf("issuer %q: want Kind/name (ClusterIssuer/tenants-ca, Issuer/*) or Kind.group/name for an external issuer", item)
+		}
+		group := cmapi.SchemeGroupVersion.Group
+		if k, g, external := strings.Cut(kind, "."); external {
+			kind, group = k, g
+		} else if kind != cmapi.IssuerKind && kind != cmapi.ClusterIssuerKind {
+			return nil, fmt.Errorf("issuer %q: cert-manager's kinds are %s and %s; name an external issuer's kind with its group (Kind.group/name)", item, cmapi.IssuerKind, cmapi.ClusterIssuerKind)
+		}
+		out = append(out, IssuerPattern{Kind: kind, Group: group, Name: name})
+	}
+	return out, nil
+}
+
+// Allows says whether ref names an allowed issuer.
+func (l IssuerAllowList) Allows(ref v1alpha1.IssuerReference) bool {
+	for _, p := range l {
+		if p.Kind == ref.Kind && p.Group == ref.Group && (p.Name == "*" || p.Name == ref.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+func (l IssuerAllowList) String() string {
+	if len(l) == 0 {
+		return "none"
+	}
+	var s []string
+	for _, p := range l {
+		s = append(s, p.String())
+	}
+	return strings.Join(s, ",")
 }

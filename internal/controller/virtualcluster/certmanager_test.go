@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +27,7 @@ import (
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/kubeconfig"
 	"github.com/kubenest-io/kubenest/pkg/naming"
+	"github.com/kubenest-io/kubenest/pkg/pki"
 )
 
 // TestCertManagerIssuer follows a tenant whose CA a cert-manager ClusterIssuer signs, with
@@ -153,6 +156,51 @@ func TestCertManagerIssuer(t *testing.T) {
 		}
 		if got.Status.Certificates == nil || len(got.Status.Certificates.Items) == 0 {
 			t.Error("status.certificates is empty")
+		}
+
+		// The CA's key is in the tenant's namespace: what the tenant signs with it for a name
+		// that is not its own, a client that trusts the platform's root refuses.
+		if c := chain[1]; !c.PermittedDNSDomainsCritical || !slices.Contains(c.PermittedDNSDomains, names.APIServerService()+"."+ns+".svc") {
+			t.Errorf("the issued CA's name constraints: critical %v, permitted %q", c.PermittedDNSDomainsCritical, c.PermittedDNSDomains)
+		}
+		tenantCA, err := pki.ParseKeyPair(ca.Data[controlplane.KeyCACert], ca.Data[controlplane.KeyCAKey])
+		if err != nil {
+			t.Fatal(err)
+		}
+		forged, err := tenantCA.Issue(pki.CertSpec{CommonName: "www.example.com", DNSNames: []string{"www.example.com"}, Usage: pki.UsageServer}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var invalid x509.CertificateInvalidError
+		if _, err := forged.Cert.Verify(x509.VerifyOptions{DNSName: "www.example.com", Roots: roots, Intermediates: inter}); !errors.As(err, &invalid) ||
+			invalid.Reason != x509.CANotAuthorizedForThisName {
+			t.Errorf("a certificate the tenant signed for www.example.com: %v, want refused by the CA's name constraints", err)
+		}
+	})
+
+	t.Run("an issuer the platform does not allow", func(t *testing.T) {
+		other := &v1alpha1.VirtualCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: "delta", Namespace: ns},
+			Spec: v1alpha1.VirtualClusterSpec{
+				Etcd: v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
+				// Exists and is ready, but is not one the operator lets tenants use.
+				PKI: &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "selfsigned", Kind: cmapi.ClusterIssuerKind}},
+			},
+		}
+		if err := c.Create(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		got := waitFor(t, ctx, c, other.Name, func(v *v1alpha1.VirtualCluster) bool {
+			return reason(v, v1alpha1.ConditionCertificatesReady) == virtualcluster.ReasonIssuerNotAllowed
+		})
+		if msg := certificatesMessage(got); !strings.Contains(msg, "spec.pki.issuerRef: ClusterIssuer/selfsigned is not an issuer the platform lets tenants use") {
+			t.Errorf("message %q does not name the field and the issuer", msg)
+		}
+		if err := c.Get(ctx, key(naming.For(other.Name).CACertificate()), &cmapi.Certificate{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a Certificate was asked of the disallowed issuer: %v", err)
+		}
+		if err := c.Delete(ctx, other); err != nil {
+			t.Fatal(err)
 		}
 	})
 

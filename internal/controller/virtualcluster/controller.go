@@ -7,11 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/kubectl/pkg/util/podutils"
@@ -28,6 +29,7 @@ import (
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/controller/condition"
 	"github.com/kubenest-io/kubenest/internal/ssa"
+	"github.com/kubenest-io/kubenest/internal/tenantclient"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
@@ -66,11 +68,14 @@ type Reconciler struct {
 	// NodePortAddress, when set, is the address NodePort endpoints use instead of a host
 	// node's own address (for example a DNS name in front of the nodes).
 	NodePortAddress string
-	// TenantDial dials tenant apiservers; nil dials directly. Tests use it to route the
-	// in-cluster Service address to where they run the tenant.
-	TenantDial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Tenants is how the operator reaches tenants: this reconciler keeps it up to date with
+	// each tenant's authorities, and every other part of the operator reads it.
+	Tenants *tenantclient.Registry
 	// SharedNodes runs the virtual nodes of tenants with spec.nodes.shared; nil runs none.
 	SharedNodes *SharedNodes
+	// AllowedIssuers are the cert-manager issuers tenants may have sign their cluster CA
+	// (spec.pki); none when empty.
+	AllowedIssuers IssuerAllowList
 	// AllowTestAnnotations honours annotations meant for tests only, such as a short leaf
 	// certificate validity.
 	AllowTestAnnotations bool
@@ -90,6 +95,8 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=kubenest.io,resources=poolnodes,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=kubenest.io,resources=poolnodes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete;deletecollection
 
 // SetupWithManager registers the controller. It watches what it owns, so a change to a pod,
 // StatefulSet, Deployment, Service or Secret of a tenant wakes that tenant's reconcile.
@@ -210,6 +217,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		conds.applyFailed(v1alpha1.ConditionAPIServerReady, "control-plane Deployment")
 		return reconcile.Result{}, err
 	}
+	if err := r.reconcileDisruptionBudgets(ctx, vc); err != nil {
+		conds.applyFailed(v1alpha1.ConditionAPIServerReady, "PodDisruptionBudgets")
+		return reconcile.Result{}, err
+	}
 	etcdPods, err := r.componentPods(ctx, vc, naming.ComponentEtcd)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -278,6 +289,31 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		result.RequeueAfter = min(healthCheckInterval, max(time.Second, pki.leaves.EarliestRenewal().Sub(conds.Now)))
 	}
 	return result, nil
+}
+
+// reconcileDisruptionBudgets keeps a PodDisruptionBudget for a 3-member etcd and for a control
+// plane of several replicas, and none for a single pod.
+func (r *Reconciler) reconcileDisruptionBudgets(ctx context.Context, vc *v1alpha1.VirtualCluster) error {
+	want, unwanted := controlplane.DisruptionBudgets(vc)
+	for _, pdb := range want {
+		if err := ssa.Apply(ctx, r.Client, pdb, FieldOwner); err != nil {
+			return err
+		}
+	}
+	for _, name := range unwanted {
+		pdb := &policyv1.PodDisruptionBudget{}
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: vc.Namespace, Name: name}, pdb)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading PodDisruptionBudget %s: %w", name, err)
+		}
+		if err := r.Client.Delete(ctx, pdb); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting PodDisruptionBudget %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // etcdTrust is the part of the etcd certificates Secret etcd does not reload: the CA.

@@ -93,19 +93,22 @@ func startOperator(t *testing.T, env *testenv.Env, routes *tenantRoutes) *operat
 	}
 	settings := controlplane.DefaultSettings()
 	settings.Image = "kubenest.io/kubenest:test"
+	tenants := &tenantclient.Registry{Dial: routes.dial}
 	if err := (&virtualcluster.Reconciler{
-		Client:     mgr.GetClient(),
-		APIReader:  mgr.GetAPIReader(),
-		Settings:   settings,
-		Recorder:   mgr.GetEventRecorder("kubenest-operator"),
-		TenantDial: routes.dial,
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Settings:  settings,
+		Recorder:  mgr.GetEventRecorder("kubenest-operator"),
+		Tenants:   tenants,
+		// The issuer the cert-manager tests make for tenants; any other is refused.
+		AllowedIssuers: virtualcluster.IssuerAllowList{{Kind: "ClusterIssuer", Group: "cert-manager.io", Name: "platform-ca"}},
 	}).SetupWithManager(mgr, controller.Options{SkipNameValidation: ptr.To(true)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := (&poolnode.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Kube: kubernetes.NewForConfigOrDie(env.Config),
 		Namespace: "kubenest-system", ClusterDomain: "cluster.local",
-		Tenants:  tenantclient.Source{Reader: mgr.GetClient(), Dial: routes.dial},
+		Tenants:  tenants,
 		Recorder: mgr.GetEventRecorder("kubenest-poolnode"),
 	}).SetupWithManager(mgr, controller.Options{SkipNameValidation: ptr.To(true)}); err != nil {
 		t.Fatal(err)

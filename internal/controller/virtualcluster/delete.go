@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,6 +32,7 @@ var tenantKinds = []struct {
 	// controllers made them, and they go with their owners, but only eventually.
 	{"ReplicaSet", &appsv1.ReplicaSetList{}, &appsv1.ReplicaSet{}},
 	{"ControllerRevision", &appsv1.ControllerRevisionList{}, &appsv1.ControllerRevision{}},
+	{"PodDisruptionBudget", &policyv1.PodDisruptionBudgetList{}, &policyv1.PodDisruptionBudget{}},
 	{"Pod", &corev1.PodList{}, &corev1.Pod{}},
 	{"PersistentVolumeClaim", &corev1.PersistentVolumeClaimList{}, &corev1.PersistentVolumeClaim{}},
 	{"Service", &corev1.ServiceList{}, &corev1.Service{}},
@@ -96,6 +98,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 		return reconcile.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}
 	forgetCertificates(vc)
+	r.Tenants.Forget(vc.UID)
 	log.Info("tenant deleted; nothing of it is left in the host")
 	return reconcile.Result{}, nil
 }

@@ -266,6 +266,85 @@ func TestNodeLending(t *testing.T) {
 			t.Errorf("the kubelet still runs for the tenant: %v", args)
 		}
 	})
+
+	t.Run("a node that runs a tenant's control plane is not lent", func(t *testing.T) {
+		etcd := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "other-etcd-0", Namespace: "default",
+				Labels: map[string]string{naming.LabelVirtualCluster: "other", naming.LabelComponent: naming.ComponentEtcd}},
+			Spec: corev1.PodSpec{NodeName: lendable, Containers: []corev1.Container{{Name: "etcd", Image: "kubenest"}}},
+		}
+		mustCreateObj(t, ctx, c, etcd)
+		markPodReady(t, ctx, c, etcd)
+		patchVC(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) { v.Spec.Nodes.Promotions[0].Count = 1 })
+		got := waitFor(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) bool {
+			cond := meta.FindStatusCondition(v.Status.Conditions, v1alpha1.ConditionNodesReady)
+			return cond != nil && strings.Contains(cond.Message, "runs pod default/other-etcd-0")
+		})
+		if pn := waitPool(t, ctx, c, "the PoolNode", func(*v1alpha1.PoolNode) bool { return true }); pn.Spec.Tenant != nil {
+			t.Errorf("the node was lent anyway: %+v (status.nodes %+v)", pn.Spec.Tenant, got.Status.Nodes)
+		}
+		if err := c.Delete(ctx, etcd, client.GracePeriodSeconds(0)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a node lent with privileged pods granted is quarantined when it returns", func(t *testing.T) {
+		patchVC(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) { v.Spec.Nodes.PodSecurity = v1alpha1.NodePodSecurityPrivileged })
+		pn := waitPool(t, ctx, c, "the node is lent to the privileged tenant and quarantined", func(pn *v1alpha1.PoolNode) bool {
+			return pn.Status.Phase == v1alpha1.PoolNodeInTenant && pn.Status.Quarantine != nil
+		})
+		if q := pn.Status.Quarantine; q.Tenant.UID != vc.UID || !meta.IsStatusConditionFalse(pn.Status.Conditions, v1alpha1.PoolNodeConditionClean) {
+			t.Errorf("quarantine %+v, conditions %+v", q, pn.Status.Conditions)
+		}
+		// What a privileged pod on the node could take, the node's own credential, cannot
+		// lift the quarantine.
+		err := nodeClient(t, env.Config, lendable).Status().Patch(ctx, &v1alpha1.PoolNode{ObjectMeta: metav1.ObjectMeta{Name: lendable}},
+			client.RawPatch(types.MergePatchType, []byte(`{"status":{"quarantine":null}}`)))
+		if err == nil || !strings.Contains(err.Error(), "a node may only change status.agent") {
+			t.Errorf("the node cleared its own quarantine: %v", err)
+		}
+
+		patchVC(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) { v.Spec.Nodes.Promotions[0].Count = 0 })
+		waitPool(t, ctx, c, "back from the tenant, the node serves no cluster", func(pn *v1alpha1.PoolNode) bool {
+			return pn.Status.Phase == v1alpha1.PoolNodeQuarantined && pn.Status.Agent.Cluster == v1alpha1.ClusterNone
+		})
+		if args := kubelet.lastArgs(); args != nil {
+			t.Errorf("the kubelet of a quarantined node runs, with %v", args)
+		}
+		node := &corev1.Node{}
+		if err := c.Get(ctx, client.ObjectKey{Name: lendable}, node); err != nil || !node.Spec.Unschedulable {
+			t.Errorf("a quarantined node is schedulable: %v", err)
+		}
+		// Lent to nobody, even the tenant that asks again.
+		patchVC(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) { v.Spec.Nodes.Promotions[0].Count = 1 })
+		waitFor(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) bool {
+			cond := meta.FindStatusCondition(v.Status.Conditions, v1alpha1.ConditionNodesReady)
+			return cond != nil && strings.Contains(cond.Message, "quarantined")
+		})
+		patchVC(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) {
+			v.Spec.Nodes.Promotions[0].Count = 0
+			v.Spec.Nodes.PodSecurity = ""
+		})
+
+		// The platform reimages the node, then marks it clean.
+		patch := client.MergeFrom(pn.DeepCopy())
+		pn.Annotations = map[string]string{v1alpha1.AnnotationMarkClean: "reimaged"}
+		if err := c.Patch(ctx, pn, patch); err != nil {
+			t.Fatal(err)
+		}
+		pn = waitPool(t, ctx, c, "marked clean, the node is back in the host", func(pn *v1alpha1.PoolNode) bool {
+			return pn.Status.Phase == v1alpha1.PoolNodeInHost && pn.Status.Quarantine == nil && pn.Annotations[v1alpha1.AnnotationMarkClean] == ""
+		})
+		if !meta.IsStatusConditionTrue(pn.Status.Conditions, v1alpha1.PoolNodeConditionClean) {
+			t.Errorf("conditions %+v: want Clean", pn.Status.Conditions)
+		}
+		err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			return c.Get(ctx, client.ObjectKey{Name: lendable}, node) == nil && !node.Spec.Unschedulable && slices.Contains(kubelet.lastArgs(), "--kubeconfig=host.kubeconfig"), nil
+		})
+		if err != nil {
+			t.Errorf("the node was not uncordoned, or its kubelet not started for the host (%v): %v", kubelet.lastArgs(), err)
+		}
+	})
 }
 
 // runTenant runs the VirtualCluster's control plane as local processes from the Secrets the

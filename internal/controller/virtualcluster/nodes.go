@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/nodepool"
 )
 
@@ -40,6 +41,9 @@ func (r *Reconciler) reconcileNodes(ctx context.Context, vc *v1alpha1.VirtualClu
 		return 0, nil
 	}
 	lent := lentTo(vc, pools.Items)
+	if err := r.quarantine(ctx, vc, pools.Items); err != nil {
+		return 0, err
+	}
 	if len(requests) == 0 && len(lent) == 0 {
 		conds.Remove(v1alpha1.ConditionNodesReady)
 		vc.Status.Nodes = nil
@@ -128,9 +132,15 @@ func (r *Reconciler) lend(ctx context.Context, pn *v1alpha1.PoolNode, to *v1alph
 }
 
 // candidates describes the lendable nodes for selection. A free node is available when it is
-// in the host and Ready there, and its node agent reports.
+// in the host and Ready there, and its node agent reports; and when it runs no tenant's etcd or
+// control plane (lending drains a node, which would move them, and empty an ephemeral etcd)
+// and is not quarantined.
 func (r *Reconciler) candidates(ctx context.Context, pools []v1alpha1.PoolNode) ([]nodepool.Candidate, error) {
 	now := r.Clock.Now()
+	controlPlanes, err := r.controlPlaneNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]nodepool.Candidate, 0, len(pools))
 	for _, pn := range pools {
 		node := &corev1.Node{}
@@ -140,15 +150,78 @@ func (r *Reconciler) candidates(ctx context.Context, pools []v1alpha1.PoolNode) 
 			}
 			return nil, err
 		}
+		why := ""
+		switch {
+		case pn.Status.Quarantine != nil:
+			why = fmt.Sprintf("quarantined since it was lent to %s, which could be root on it", nodepool.TenantKey(&pn.Status.Quarantine.Tenant))
+		case controlPlanes[pn.Name] != "":
+			why = "runs " + controlPlanes[pn.Name]
+		}
 		out = append(out, nodepool.Candidate{
 			Name:   pn.Name,
 			Labels: node.Labels,
 			Tenant: pn.Spec.Tenant,
-			Available: pn.Spec.Tenant == nil && nodepool.InHost(&pn) && nodepool.Reporting(&pn, now, agentTimeout) &&
+			Available: pn.Spec.Tenant == nil && why == "" && nodepool.InHost(&pn) && nodepool.Reporting(&pn, now, agentTimeout) &&
 				nodeReady(node) && (!node.Spec.Unschedulable || node.Annotations["kubenest.io/cordoned"] == "true"),
+			Why: why,
 		})
 	}
 	return out, nil
+}
+
+// controlPlaneNodes are the host nodes that run a tenant's etcd or control-plane pod, with
+// the first such pod found on each, as "pod <namespace>/<name>".
+func (r *Reconciler) controlPlaneNodes(ctx context.Context) (map[string]string, error) {
+	pods := &corev1.PodList{}
+	sel := client.MatchingLabelsSelector{Selector: nodepool.ControlPlaneSelector}
+	if err := r.Client.List(ctx, pods, sel); err != nil {
+		return nil, fmt.Errorf("listing tenants' control-plane pods: %w", err)
+	}
+	out := map[string]string{}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if _, seen := out[p.Spec.NodeName]; !seen {
+			out[p.Spec.NodeName] = fmt.Sprintf("pod %s/%s of a tenant's %s", p.Namespace, p.Name, p.Labels[naming.LabelComponent])
+		}
+	}
+	return out, nil
+}
+
+// quarantine marks the nodes lent to vc, when vc may run privileged pods on them: whatever ran
+// there as root may have changed the machine, so the node serves no cluster once it leaves
+// the tenant, until the platform reimages it and marks it clean.
+func (r *Reconciler) quarantine(ctx context.Context, vc *v1alpha1.VirtualCluster, pools []v1alpha1.PoolNode) error {
+	if !vc.Spec.Nodes.Privileged() {
+		return nil
+	}
+	for i := range pools {
+		pn := &pools[i]
+		lent := (pn.Spec.Tenant != nil && pn.Spec.Tenant.UID == vc.UID && pn.Spec.JoinSecretName != "") || pn.Status.Agent.TenantUID == vc.UID
+		if !lent || pn.Status.Quarantine != nil {
+			continue
+		}
+		patch := client.MergeFrom(pn.DeepCopy())
+		pn.Status.Quarantine = &v1alpha1.Quarantine{
+			Tenant: v1alpha1.TenantReference{Namespace: vc.Namespace, Name: vc.Name, UID: vc.UID, Request: tenantRequest(pn)},
+			Since:  metav1.NewTime(r.Clock.Now()),
+		}
+		if err := r.Client.Status().Patch(ctx, pn, patch); err != nil {
+			return fmt.Errorf("quarantining PoolNode %s: %w", pn.Name, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("the tenant may run privileged pods on a node lent to it: the node is quarantined when it returns", "node", pn.Name)
+		r.Recorder.Eventf(pn, vc, corev1.EventTypeWarning, "Quarantined", "Lend",
+			"lent to %s/%s, which may run privileged pods: reimage the node and mark it clean (annotation %s) after it returns", vc.Namespace, vc.Name, v1alpha1.AnnotationMarkClean)
+	}
+	return nil
+}
+
+func tenantRequest(pn *v1alpha1.PoolNode) string {
+	if pn.Spec.Tenant != nil {
+		return pn.Spec.Tenant.Request
+	}
+	return ""
 }
 
 // promotionRequests turns the spec's promotions into selection requests.

@@ -43,13 +43,17 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, vc *v1alpha1.VirtualClust
 	log := ctrl.LoggerFrom(ctx)
 	names := naming.For(vc.Name)
 
-	auth, caProblem, err := r.authorities(ctx, vc, conds)
-	if err != nil || auth == nil {
-		return nil, err
-	}
 	settings, err := r.settingsFor(vc)
 	if err != nil {
 		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "InvalidAnnotation", "Reconcile", "%v; using the default validity", err)
+	}
+	specs, err := controlplane.LeafSpecs(vc, settings, exp)
+	if err != nil {
+		return nil, err
+	}
+	auth, caProblem, err := r.authorities(ctx, vc, specs, conds)
+	if err != nil || auth == nil {
+		return nil, err
 	}
 	status := vc.Status.Certificates
 	if status == nil {
@@ -79,10 +83,6 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, vc *v1alpha1.VirtualClust
 		clear(existing)
 	}
 
-	specs, err := controlplane.LeafSpecs(vc, settings, exp)
-	if err != nil {
-		return nil, err
-	}
 	leaves, renewed, err := controlplane.EnsureLeaves(auth, specs, existing, conds.Now)
 	if err != nil {
 		return nil, err
@@ -168,11 +168,11 @@ func (r *Reconciler) settingsFor(vc *v1alpha1.VirtualCluster) (controlplane.Sett
 // With a cert-manager issuer (spec.pki), the cluster CA is the one cert-manager issued: nil
 // until it is there, then copied into the CA Secret, and again whenever cert-manager renews
 // it. Its rotation is cert-manager's, so the CA rotation annotation is refused.
-func (r *Reconciler) authorities(ctx context.Context, vc *v1alpha1.VirtualCluster, conds conditions) (auth *controlplane.Authorities, problem string, err error) {
+func (r *Reconciler) authorities(ctx context.Context, vc *v1alpha1.VirtualCluster, specs map[controlplane.Leaf]controlplane.LeafSpec, conds conditions) (auth *controlplane.Authorities, problem string, err error) {
 	log := ctrl.LoggerFrom(ctx)
 	var issued *pki.KeyPair
 	if vc.Spec.PKI != nil {
-		if issued, err = r.issuedCA(ctx, vc, conds); err != nil || issued == nil {
+		if issued, err = r.issuedCA(ctx, vc, specs, conds); err != nil || issued == nil {
 			return nil, "", err
 		}
 	}

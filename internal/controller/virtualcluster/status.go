@@ -36,6 +36,7 @@ const (
 	ReasonLending             = "Lending"
 	ReasonCertManagerMissing  = "CertManagerMissing"
 	ReasonIssuerNotReady      = "IssuerNotReady"
+	ReasonIssuerNotAllowed    = "IssuerNotAllowed"
 	ReasonCAPending           = "CAPending"
 	ReasonSetupFailed         = "SetupFailed"
 )

@@ -26,10 +26,6 @@ import (
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
-// tenantTimeout bounds each request the operator makes to a tenant's apiserver, so a tenant
-// that does not answer never holds up a reconcile for long.
-const tenantTimeout = 3 * time.Second
-
 // checkTenant reaches the tenant's apiserver through its Service with the admin credentials:
 // /readyz must answer ok. It returns the version the tenant reports and a client for it.
 func (r *Reconciler) checkTenant(ctx context.Context, vc *v1alpha1.VirtualCluster, p *tenantPKI) (string, kubernetes.Interface, error) {
@@ -82,9 +78,9 @@ func (r *Reconciler) checkEndpoint(ctx context.Context, exp controlplane.Exposur
 	if err != nil {
 		return fmt.Errorf("parsing the tenant's endpoint %q: %w", exp.Endpoint, err)
 	}
-	dial := r.TenantDial
-	if dial == nil {
-		dial = (&net.Dialer{}).DialContext
+	dial := (&net.Dialer{}).DialContext
+	if r.Tenants != nil && r.Tenants.Dial != nil {
+		dial = r.Tenants.Dial
 	}
 	ctx, cancel := context.WithTimeout(ctx, endpointDialTimeout)
 	defer cancel()
@@ -189,24 +185,11 @@ func tenantDNS(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernet
 	return nil
 }
 
-// tenantConfig is the admin client configuration for the tenant's in-cluster endpoint.
+// tenantConfig records the tenant's authorities in the registry every part of the operator
+// reaches tenants through, and returns the operator's client configuration for the tenant's
+// in-cluster endpoint.
 func (r *Reconciler) tenantConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI) (*rest.Config, error) {
-	admin := p.leaves[controlplane.LeafAdmin]
-	key, err := admin.KeyPEM()
-	if err != nil {
-		return nil, err
-	}
-	return &rest.Config{
-		Host: controlplane.InClusterEndpoint(vc),
-		TLSClientConfig: rest.TLSClientConfig{
-			CAData:   p.authorities.CABundle(),
-			CertData: admin.CertPEM(),
-			KeyData:  key,
-		},
-		Timeout:   tenantTimeout,
-		Dial:      r.TenantDial,
-		UserAgent: FieldOwner,
-	}, nil
+	return r.Tenants.Update(vc, p.authorities.CA, p.authorities.CABundle(), r.Clock.Now())
 }
 
 // bootstrapPortalUsers binds the group of the portal's personal kubeconfigs to cluster-admin

@@ -6,6 +6,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/kubenest-io/kubenest/internal/tenantclient"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 )
 
@@ -36,17 +37,17 @@ func TestCheckEndpoint(t *testing.T) {
 		t.Errorf("refusing endpoint: %v, want an endpointRefusedError naming it", err)
 	}
 
-	unreachable := &Reconciler{TenantDial: func(context.Context, string, string) (net.Conn, error) {
+	unreachable := &Reconciler{Tenants: &tenantclient.Registry{Dial: func(context.Context, string, string) (net.Conn, error) {
 		return nil, errors.New("no route to host")
-	}}
+	}}}
 	if err := unreachable.checkEndpoint(ctx, nodePort(refusing)); err != nil {
 		t.Errorf("an endpoint the operator cannot reach: %v, want no error (nothing is known about it)", err)
 	}
 	dialed := false
-	inCluster := &Reconciler{TenantDial: func(context.Context, string, string) (net.Conn, error) {
+	inCluster := &Reconciler{Tenants: &tenantclient.Registry{Dial: func(context.Context, string, string) (net.Conn, error) {
 		dialed = true
 		return nil, errors.New("unexpected")
-	}}
+	}}}
 	if err := inCluster.checkEndpoint(ctx, controlplane.Exposure{Endpoint: "https://vc-apiserver.ns.svc:443"}); err != nil || dialed {
 		t.Errorf("ClusterIP endpoint: %v, dialed %v; want nothing checked (the Service was probed)", err, dialed)
 	}

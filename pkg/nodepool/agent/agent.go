@@ -88,7 +88,7 @@ func (a *Agent) pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if state.Switching == nil {
+	if state.Switching == nil && !state.Current.IsNone() {
 		// Whatever the host says, or cannot say, the kubelet keeps serving where it is.
 		if err := a.cfg.Kubelet.Start(ctx, a.args(state.Current)); err != nil {
 			return err
@@ -126,7 +126,8 @@ func (a *Agent) pass(ctx context.Context) error {
 }
 
 // want reads where the kubelet should be: in the tenant once the operator names the node's
-// join Secret, else in the host.
+// join Secret, else in the host; nowhere while the node is quarantined (it was lent to a
+// tenant that could be root on it, and the platform has not marked it clean).
 func (a *Agent) want(ctx context.Context) (Target, string, error) {
 	pn := &v1alpha1.PoolNode{}
 	err := a.host.Get(ctx, client.ObjectKey{Name: a.cfg.NodeName}, pn)
@@ -138,6 +139,9 @@ func (a *Agent) want(ctx context.Context) (Target, string, error) {
 	}
 	t := pn.Spec.Tenant
 	if t == nil || pn.Spec.JoinSecretName == "" {
+		if pn.Status.Quarantine != nil {
+			return None, "quarantined: the kubelet stays stopped until the node is reimaged and marked clean", nil
+		}
 		return Host, "", nil
 	}
 	return Target{Cluster: nodepool.TenantKey(t), UID: t.UID}, "", nil
@@ -158,11 +162,14 @@ func (a *Agent) run(ctx context.Context, step string, target Target) error {
 		if err := os.RemoveAll(a.cfg.TenantDir); err != nil {
 			return err
 		}
-		if target.IsHost() {
+		if target.IsHost() || target.IsNone() {
 			return nil
 		}
 		return a.configureTenant(ctx, target)
 	case StepStartKubelet:
+		if target.IsNone() {
+			return nil
+		}
 		return a.cfg.Kubelet.Start(ctx, a.args(target))
 	}
 	return fmt.Errorf("unknown step %q", step)
@@ -222,7 +229,9 @@ func (a *Agent) args(target Target) []string {
 
 // TenantKubeletConfig derives the kubelet's configuration for a tenant from the host's: the
 // same node settings, with the tenant's CA for its apiserver's client certificate, the
-// tenant's cluster DNS, client certificate rotation on, and no static pods.
+// tenant's cluster DNS, client certificate rotation on, no static pods, and nothing of the
+// machine's own served to the tenant: no system log handler (nodes/proxy would read the host's
+// /var/log) and no read-only port.
 func TenantKubeletConfig(base []byte, caPath, clusterDNS, clusterDomain string) ([]byte, error) {
 	cfg := map[string]any{}
 	if err := yaml.Unmarshal(base, &cfg); err != nil {
@@ -248,6 +257,9 @@ func TenantKubeletConfig(base []byte, caPath, clusterDNS, clusterDomain string) 
 	cfg["rotateCertificates"] = true
 	// The host's static pods are the host's: a lent node does not run them for the tenant.
 	delete(cfg, "staticPodPath")
+	cfg["enableSystemLogHandler"] = false
+	cfg["enableSystemLogQuery"] = false
+	cfg["readOnlyPort"] = 0
 	return yaml.Marshal(cfg)
 }
 

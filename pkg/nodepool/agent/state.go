@@ -26,7 +26,7 @@ const (
 // steps in the order a switch runs them.
 var steps = []string{StepStopKubelet, StepWipe, StepConfigure, StepStartKubelet}
 
-// Target is a cluster the kubelet may serve: the host, or a tenant.
+// Target is a cluster the kubelet may serve: the host, or a tenant; or none.
 type Target struct {
 	// Cluster is v1alpha1.ClusterHost or the tenant's <namespace>/<name>.
 	Cluster string    `json:"cluster"`
@@ -36,8 +36,14 @@ type Target struct {
 // Host is the host cluster as a target.
 var Host = Target{Cluster: v1alpha1.ClusterHost}
 
+// None is no cluster: where a quarantined node's kubelet goes (it stays stopped).
+var None = Target{Cluster: v1alpha1.ClusterNone}
+
 // IsHost says whether t is the host.
 func (t Target) IsHost() bool { return t.Cluster == v1alpha1.ClusterHost }
+
+// IsNone says whether t is no cluster.
+func (t Target) IsNone() bool { return t.Cluster == v1alpha1.ClusterNone }
 
 // State is what the agent records on disk, before and after every step.
 type State struct {

@@ -57,11 +57,13 @@ HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
 NODES ?= 2
 CERT_MANAGER_CRDS = $(shell go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)/deploy/crds
 # The chart as the local cluster runs it: images imported (never pulled), the node agents run
-# by "local up" instead of the installer DaemonSet, test-only annotations honoured, the portal on
-# a NodePort (the e2e finds its port on the Service).
+# by "local up" instead of the installer DaemonSet, test-only annotations honoured, the e2e's
+# platform CA issuer allowed for tenants, the portal on a NodePort (the e2e finds its port on the
+# Service).
 HELM_INSTALL = $(HELM) upgrade --install kubenest charts/kubenest --kubeconfig _output/host.kubeconfig \
 	--namespace kubenest-system --create-namespace --set image.tag=$(VERSION) --set image.pullPolicy=Never \
 	--set nodeAgent.install=false --set operator.allowTestAnnotations=true \
+	--set 'operator.certManagerIssuers={ClusterIssuer/e2e-platform-ca}' \
 	--set portal.enabled=true --set portal.service.type=NodePort --wait --timeout 5m
 
 ##@ General

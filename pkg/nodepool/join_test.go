@@ -167,6 +167,31 @@ func TestPhase(t *testing.T) {
 			}
 		})
 	}
+
+	// A node lent to a tenant granted privileged pods: quarantined once it is out of the tenant.
+	none := v1alpha1.AgentStatus{Cluster: v1alpha1.ClusterNone, HeartbeatTime: fresh}
+	quarantine := &v1alpha1.Quarantine{Tenant: *tenantRef, Since: fresh}
+	for _, tt := range []struct {
+		name   string
+		tenant *v1alpha1.TenantReference
+		secret string
+		agent  v1alpha1.AgentStatus
+		want   v1alpha1.PoolNodePhase
+	}{
+		{"still lent", tenantRef, secret, inTenant, v1alpha1.PoolNodeInTenant},
+		{"given back, agent still in the tenant", nil, "", inTenant, v1alpha1.PoolNodeReturning},
+		{"given back, agent stopping the kubelet", nil, "", with(none, func(a *v1alpha1.AgentStatus) { a.Step = "Wipe" }), v1alpha1.PoolNodeReturning},
+		{"given back, kubelet stopped", nil, "", none, v1alpha1.PoolNodeQuarantined},
+		{"the agent says host (a machine reimaged before it was marked clean)", nil, "", inHost, v1alpha1.PoolNodeReturning},
+	} {
+		t.Run("quarantined: "+tt.name, func(t *testing.T) {
+			pn := poolNode(tt.tenant, tt.secret, tt.agent)
+			pn.Status.Quarantine = quarantine
+			if got := Phase(pn, true, now, timeout); got != tt.want {
+				t.Errorf("Phase() = %s, want %s", got, tt.want)
+			}
+		})
+	}
 }
 
 func TestJoinSecretName(t *testing.T) {

@@ -261,6 +261,27 @@ func TestShortfallString(t *testing.T) {
 	if strings.Index(s, "11") > strings.Index(s, "13") {
 		t.Errorf("Shortfall.String() = %q: lent elsewhere (11) should come before unavailable (13)", s)
 	}
+	why := Shortfall{Request: "r", Want: 1, Unavailable: 2, Why: map[string]string{
+		"b": "runs pod t/x-etcd-0 of a tenant's etcd", "a": "quarantined since it was lent to t/y"}}.String()
+	if !strings.HasSuffix(why, "(a: quarantined since it was lent to t/y; b: runs pod t/x-etcd-0 of a tenant's etcd)") {
+		t.Errorf("Shortfall.String() = %q: want why each node is unavailable, by node", why)
+	}
+}
+
+// A node that is free but must not be lent (it runs a tenant's control plane, it is
+// quarantined) is never assigned, and the shortfall says why.
+func TestSelectUnavailableWhy(t *testing.T) {
+	pool := []Candidate{
+		{Name: "n1", Available: false, Why: "runs pod t/x-etcd-0 of a tenant's etcd"},
+		{Name: "n2", Available: true},
+	}
+	plan := Select("uid", []Request{{Name: "r", Count: 2, Selector: labels.Everything()}}, pool)
+	if _, ok := plan.Assign["n1"]; ok || len(plan.Assign) != 1 {
+		t.Errorf("assigned %v: want n2 only", plan.Assign)
+	}
+	if len(plan.Short) != 1 || plan.Short[0].Why["n1"] != pool[0].Why {
+		t.Errorf("shortfall %+v: want n1's reason", plan.Short)
+	}
 }
 
 func assertPlan(t *testing.T, got, want Plan) {

@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -35,6 +36,7 @@ func up(ctx context.Context, c config) error {
 		{"start each node's containerd and import the images", func() error { return c.startRuntimes(ctx, nodes) }},
 		{"start each node's node agent and kubelet", func() error { return c.startKubelets(nodes) }},
 		{"wait for the nodes to be Ready", func() error { return c.waitNodes(ctx, len(nodes)) }},
+		{"record each node's pod subnet in its Node", func() error { return c.recordPodCIDRs(ctx, nodes) }},
 		// Before anything that uses a Service.
 		{"run kube-proxy on every node (a DaemonSet)", func() error { return c.installKubeProxy(ctx, len(nodes)) }},
 		{"install the add-ons (CoreDNS)", func() error { return c.installAddons(ctx) }},
@@ -444,6 +446,24 @@ func (c config) waitNodes(ctx context.Context, want int) error {
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", last, err)
+	}
+	return nil
+}
+
+// recordPodCIDRs writes each node's pod subnet into its Node's spec.podCIDR(s), as a cluster's
+// IPAM does (the controller-manager's, with --allocate-node-cidrs): the subnets here are each
+// node's own CNI configuration, so they are recorded, not allocated. KubeNest reads them to
+// know which addresses are the pods of a node lent to a tenant.
+func (c config) recordPodCIDRs(ctx context.Context, nodes []node) error {
+	client, err := c.client()
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q]}}`, n.podCIDR, n.podCIDR)
+		if _, err := client.CoreV1().Nodes().Patch(ctx, n.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("node %s: %w", n.name, err)
+		}
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -95,7 +96,7 @@ func TestSync(t *testing.T) {
 	t.Run("pods down", func(t *testing.T) {
 		createTenantPod(t, ctx, tc, webPod())
 		hp := waitHostPod(t, ctx, hc, hostName)
-		if hp.Annotations[clustertree.AnnotationTenantName] != "web" || hp.Labels["app"] != "web" || hp.Labels[clustertree.LabelOrigin] != "clustertree" {
+		if hp.Annotations[clustertree.AnnotationTenantName] != "web" || hp.Labels["tenant.kubenest.io/app"] != "web" || hp.Labels[clustertree.LabelOrigin] != "clustertree" {
 			t.Errorf("host pod metadata: labels %v annotations %v", hp.Labels, hp.Annotations)
 		}
 		if hp.Spec.AutomountServiceAccountToken == nil || *hp.Spec.AutomountServiceAccountToken || hp.Spec.NodeName != "" {
@@ -148,6 +149,25 @@ func TestSync(t *testing.T) {
 		})
 		if err != nil {
 			t.Fatalf("tenant pod status: %v", err)
+		}
+	})
+
+	t.Run("label changes follow, under KubeNest's prefix", func(t *testing.T) {
+		patch := []byte(`{"metadata":{"labels":{"app":"web-v2","k8s.v1.cni.cncf.io/role":"x"}}}`)
+		if _, err := tc.CoreV1().Pods(tenantNS).Patch(ctx, "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var hp *corev1.Pod
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			var err error
+			hp, err = hc.CoreV1().Pods(hostNS).Get(ctx, hostName, metav1.GetOptions{})
+			return err == nil && hp.Labels["tenant.kubenest.io/app"] == "web-v2", nil
+		})
+		if err != nil {
+			t.Fatalf("the host pod's labels did not follow: %v", err)
+		}
+		if _, ok := hp.Labels["k8s.v1.cni.cncf.io/role"]; ok || hp.Labels["k8s.v1.cni.cncf.io.tenant.kubenest.io/role"] != "x" {
+			t.Errorf("host pod labels %v", hp.Labels)
 		}
 	})
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"strconv"
 	"sync"
@@ -59,6 +60,13 @@ type Config struct {
 	APIServerPort int32
 	// ClusterDNS is the tenant's cluster DNS address, its pods' resolver.
 	ClusterDNS string
+	// ServiceCIDR is the tenant's Service range (status.serviceCIDR): its Services are copied
+	// into the host with their ClusterIPs only when these are in it.
+	ServiceCIDR string
+	// TenantAddresses are the address ranges of the host nodes lent to the tenant (their pod
+	// ranges, their own addresses): with its shared-node pods' addresses, what the endpoints of
+	// its Services copied into the host may be. Nil: none.
+	TenantAddresses func(context.Context) ([]netip.Prefix, error)
 	// Capacity is what the host's shared nodes can give, for the virtual node's status.
 	Capacity func(context.Context) (corev1.ResourceList, error)
 	// KubeletVersion is the version the virtual node reports.
@@ -84,6 +92,12 @@ func Run(ctx context.Context, cfg Config) error {
 	host, err := kubernetes.NewForConfig(cfg.Host)
 	if err != nil {
 		return err
+	}
+	var serviceCIDR netip.Prefix
+	if cfg.ServiceCIDR != "" {
+		if serviceCIDR, err = netip.ParsePrefix(cfg.ServiceCIDR); err != nil {
+			return fmt.Errorf("the tenant's Service range: %w", err)
+		}
 	}
 	tenant, err := kubernetes.NewForConfig(cfg.Tenant)
 	if err != nil {
@@ -121,7 +135,8 @@ func Run(ctx context.Context, cfg Config) error {
 	vnode, err := nodeutil.NewNode(cfg.NodeName, func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
 		prov = &provider{
 			tr: Translator{VirtualCluster: cfg.VirtualCluster, HostNamespace: cfg.HostNamespace, NodeName: cfg.NodeName,
-				APIServerHost: cfg.APIServerHost, APIServerPort: cfg.APIServerPort, ClusterDNS: cfg.ClusterDNS},
+				APIServerHost: cfg.APIServerHost, APIServerPort: cfg.APIServerPort, ClusterDNS: cfg.ClusterDNS,
+				ServiceCIDR: serviceCIDR.Masked()},
 			// The VirtualCluster controls its host pods: a drain (lending a node) evicts them,
 			// and the tenant's own controllers make them again elsewhere.
 			owner: metav1.OwnerReference{APIVersion: "kubenest.io/v1alpha1", Kind: "VirtualCluster",
@@ -200,7 +215,10 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 
 	wg.Go(func() {
-		if err := runServiceMirror(ctx, prov.tr, prov.owner, host, tenant, cfg.SyncPeriod, 2); err != nil {
+		if err := runServiceMirror(ctx, mirrorConfig{
+			tr: prov.tr, owner: prov.owner, host: host, tenant: tenant, hostPods: hostPods.Informer(),
+			lent: cfg.TenantAddresses, recorder: recorder, resync: cfg.SyncPeriod, workers: 2,
+		}); err != nil {
 			log.Error(err, "tenant Services are not copied into the host")
 		}
 	})

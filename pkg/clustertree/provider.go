@@ -260,19 +260,15 @@ func (p *provider) tenantView(tenant, host *corev1.Pod) *corev1.Pod {
 		}
 	}
 	out.Spec.ActiveDeadlineSeconds = host.Spec.ActiveDeadlineSeconds
-	out.Labels = tenantOnly(host.Labels, tenant.Labels)
-	out.Annotations = tenantOnly(host.Annotations, tenant.Annotations)
-	return out
-}
-
-// tenantOnly is a host pod's labels or annotations as the tenant sees them: without the keys
-// clustertree added, with the tenant's own kubenest.io/ keys, which the host copy never carries.
-func tenantOnly(host, tenant map[string]string) map[string]string {
-	out := without(host)
-	for k, v := range tenant {
-		if isKubeNestKey(k) {
-			out[k] = v
+	// The host pod carries the tenant's labels translated and few of its annotations, so they
+	// are not read back: the host pod says which of the tenant's it was made from. While that
+	// is not the tenant pod's present metadata, the view differs from the tenant pod (by an
+	// annotation that names what the host has), so virtual-kubelet calls UpdatePod.
+	if digest := host.Annotations[AnnotationTenantMetadata]; digest != MetadataDigest(tenant) {
+		if out.Annotations == nil {
+			out.Annotations = map[string]string{}
 		}
+		out.Annotations[AnnotationTenantMetadata] = "host:" + digest
 	}
 	return out
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +20,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 )
@@ -32,12 +36,25 @@ import (
 // managedBy marks host EndpointSlices as clustertree's, so the host's controllers leave them.
 const managedBy = "clustertree.kubenest.io"
 
-// Service translates a tenant Service into its host copy; false when it needs none.
-func (t Translator) Service(tenant *corev1.Service) (*corev1.Service, bool) {
+// Service translates a tenant Service into its host copy; nil when it needs none or may have
+// none, refused saying why for the latter. A copy takes the tenant's ClusterIPs in the host, so
+// only addresses of the tenant's own Service range are copied: any other is the host's or
+// another tenant's (the tenant's apiserver refuses them too; this does not rely on it).
+func (t Translator) Service(tenant *corev1.Service) (copied *corev1.Service, refused string) {
 	if tenant.Spec.Type == corev1.ServiceTypeExternalName || tenant.Spec.ClusterIP == "" ||
 		tenant.Spec.ClusterIP == corev1.ClusterIPNone ||
 		(tenant.Namespace == metav1.NamespaceDefault && tenant.Name == "kubernetes") {
-		return nil, false
+		return nil, ""
+	}
+	ips := tenant.Spec.ClusterIPs
+	if len(ips) == 0 {
+		ips = []string{tenant.Spec.ClusterIP}
+	}
+	for i, ip := range ips {
+		addr, err := netip.ParseAddr(ip)
+		if !t.ServiceCIDR.IsValid() || err != nil || !t.ServiceCIDR.Contains(addr.Unmap()) {
+			return nil, fmt.Sprintf("spec.clusterIPs[%d] %s is outside this tenant's Service range %s: the Service is not reachable from pods on the shared node or lent nodes", i, ip, t.ServiceCIDR)
+		}
 	}
 	ports := make([]corev1.ServicePort, 0, len(tenant.Spec.Ports))
 	for _, p := range tenant.Spec.Ports {
@@ -56,22 +73,68 @@ func (t Translator) Service(tenant *corev1.Service) (*corev1.Service, bool) {
 			SessionAffinityConfig:    tenant.Spec.SessionAffinityConfig,
 			PublishNotReadyAddresses: tenant.Spec.PublishNotReadyAddresses,
 		},
-	}, true
+	}, ""
 }
 
 // EndpointSlice translates a tenant EndpointSlice of a Service into the host copy for the
 // Service's host copy hostService. Tenant node names and object references mean nothing in
-// the host and are dropped.
-func (t Translator) EndpointSlice(tenant *discoveryv1.EndpointSlice, hostService string) *discoveryv1.EndpointSlice {
+// the host and are dropped. An endpoint address is copied only when ours says it is one of the
+// tenant's own pods' (a tenant writes its EndpointSlices as it likes); the others are returned
+// as dropped, and an endpoint left without addresses goes. FQDN slices are not copied at all
+// (nil): the host's kube-proxy ignores them.
+func (t Translator) EndpointSlice(tenant *discoveryv1.EndpointSlice, hostService string, ours func(netip.Addr) bool) (copied *discoveryv1.EndpointSlice, dropped []string) {
+	if tenant.AddressType != discoveryv1.AddressTypeIPv4 && tenant.AddressType != discoveryv1.AddressTypeIPv6 {
+		return nil, nil
+	}
 	meta := t.Object(tenant.ObjectMeta)
 	meta.Labels[discoveryv1.LabelServiceName] = hostService
 	meta.Labels[discoveryv1.LabelManagedBy] = managedBy
 	eps := make([]discoveryv1.Endpoint, 0, len(tenant.Endpoints))
 	for _, e := range tenant.Endpoints {
-		eps = append(eps, discoveryv1.Endpoint{Addresses: e.Addresses, Conditions: e.Conditions, Hostname: e.Hostname})
+		var addrs []string
+		for _, a := range e.Addresses {
+			if ip, err := netip.ParseAddr(a); err == nil && ours(ip.Unmap()) {
+				addrs = append(addrs, a)
+			} else {
+				dropped = append(dropped, a)
+			}
+		}
+		if len(addrs) > 0 {
+			eps = append(eps, discoveryv1.Endpoint{Addresses: addrs, Conditions: e.Conditions, Hostname: e.Hostname})
+		}
 	}
-	return &discoveryv1.EndpointSlice{ObjectMeta: meta, AddressType: tenant.AddressType, Endpoints: eps, Ports: tenant.Ports}
+	return &discoveryv1.EndpointSlice{ObjectMeta: meta, AddressType: tenant.AddressType, Endpoints: eps, Ports: tenant.Ports}, dropped
 }
+
+// Addresses says which addresses are the tenant's own pods': those of its pods on the shared
+// node (the host pods clustertree runs for it) and those in its lent nodes' ranges.
+type Addresses struct {
+	HostPods []*corev1.Pod
+	Lent     []netip.Prefix
+}
+
+// Contains says whether ip is one of the tenant's pods' addresses.
+func (a Addresses) Contains(ip netip.Addr) bool {
+	for _, p := range a.Lent {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	for _, pod := range a.HostPods {
+		for _, pip := range pod.Status.PodIPs {
+			if addr, err := netip.ParseAddr(pip.IP); err == nil && addr.Unmap() == ip {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Reasons of the tenant Service events of the mirror.
+const (
+	ReasonClusterIPOutsideRange = "ClusterIPOutsideRange"
+	ReasonEndpointsDropped      = "EndpointsDropped"
+)
 
 // serviceMirror keeps the host copies of one tenant's Services and EndpointSlices.
 type serviceMirror struct {
@@ -80,22 +143,44 @@ type serviceMirror struct {
 	host     kubernetes.Interface
 	services corelisters.ServiceLister
 	slices   discoverylisters.EndpointSliceLister
+	// hostPods are the host pods clustertree runs for the tenant; lent, the address ranges of
+	// the nodes lent to it: together, the addresses an endpoint may have.
+	hostPods corelisters.PodLister
+	lent     func(context.Context) ([]netip.Prefix, error)
+	recorder record.EventRecorder
 	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	log      klog.Logger
 }
 
+// mirrorConfig is what the mirror takes from the virtual node.
+type mirrorConfig struct {
+	tr       Translator
+	owner    metav1.OwnerReference
+	host     kubernetes.Interface
+	tenant   kubernetes.Interface
+	hostPods cache.SharedIndexInformer
+	lent     func(context.Context) ([]netip.Prefix, error)
+	recorder record.EventRecorder
+	resync   time.Duration
+	workers  int
+}
+
 // runServiceMirror mirrors until ctx ends.
-func runServiceMirror(ctx context.Context, tr Translator, owner metav1.OwnerReference, host, tenant kubernetes.Interface, resync time.Duration, workers int) error {
-	factory := informers.NewSharedInformerFactory(tenant, resync)
+func runServiceMirror(ctx context.Context, c mirrorConfig) error {
+	factory := informers.NewSharedInformerFactory(c.tenant, c.resync)
 	m := &serviceMirror{
-		tr: tr, owner: owner, host: host,
+		tr: c.tr, owner: c.owner, host: c.host,
 		services: factory.Core().V1().Services().Lister(),
 		slices:   factory.Discovery().V1().EndpointSlices().Lister(),
+		hostPods: corelisters.NewPodLister(c.hostPods.GetIndexer()),
+		lent:     c.lent,
+		recorder: c.recorder,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "clustertree-services"}),
 		log: klog.FromContext(ctx).WithName("services"),
 	}
 	defer m.queue.ShutDown()
+	tr, host, workers := c.tr, c.host, c.workers
 	enqueue := func(obj any) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
@@ -122,6 +207,15 @@ func runServiceMirror(ctx context.Context, tr Translator, owner metav1.OwnerRefe
 			return fmt.Errorf("tenant %v cache did not sync", typ)
 		}
 	}
+	// A shared-node pod's address may reach a tenant EndpointSlice before this cache has its
+	// host pod: when a host pod gets or changes its address, its namespace's Services are
+	// looked at again.
+	if _, err := c.hostPods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { m.hostPodAddressed(nil, obj) },
+		UpdateFunc: func(old, obj any) { m.hostPodAddressed(old, obj) },
+	}); err != nil {
+		return err
+	}
 	// Copies whose tenant Service went while nothing watched are found by their annotations.
 	existing, err := host.CoreV1().Services(tr.HostNamespace).List(ctx, metav1.ListOptions{
 		LabelSelector: labels.SelectorFromSet(HostSelector(tr.VirtualCluster)).String()})
@@ -147,8 +241,15 @@ func (m *serviceMirror) next(ctx context.Context) bool {
 		return false
 	}
 	defer m.queue.Done(key)
-	if err := m.sync(ctx, key); err != nil {
+	dropped, err := m.sync(ctx, key)
+	if err != nil {
 		m.log.Error(err, "mirroring a tenant Service into the host", "service", key.String())
+		m.queue.AddRateLimited(key)
+		return true
+	}
+	if dropped {
+		// Some addresses may be pods that are only now getting their host pod: looked at
+		// again, less and less often while they stay foreign.
 		m.queue.AddRateLimited(key)
 		return true
 	}
@@ -156,49 +257,71 @@ func (m *serviceMirror) next(ctx context.Context) bool {
 	return true
 }
 
-// sync makes the host copy of one tenant Service and its EndpointSlices match the tenant.
-func (m *serviceMirror) sync(ctx context.Context, key cache.ObjectName) error {
+// hostPodAddressed looks again at the Services of a host pod's tenant namespace when the pod
+// gets or changes its address.
+func (m *serviceMirror) hostPodAddressed(old, obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Status.PodIP == "" {
+		return
+	}
+	if before, ok := old.(*corev1.Pod); ok && before.Status.PodIP == pod.Status.PodIP {
+		return
+	}
+	services, err := m.services.Services(pod.Annotations[AnnotationTenantNamespace]).List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, s := range services {
+		m.queue.Add(cache.ObjectName{Namespace: s.Namespace, Name: s.Name})
+	}
+}
+
+// sync makes the host copy of one tenant Service and its EndpointSlices match the tenant, and
+// says whether endpoint addresses were left out.
+func (m *serviceMirror) sync(ctx context.Context, key cache.ObjectName) (bool, error) {
 	hostName := HostName(m.tr.VirtualCluster, key.Namespace, key.Name)
 	services := m.host.CoreV1().Services(m.tr.HostNamespace)
 	tenant, err := m.services.Services(key.Namespace).Get(key.Name)
 	if err != nil && !apierrors.IsNotFound(err) {
-		return err
+		return false, err
 	}
 	var want *corev1.Service
-	ok := false
 	if tenant != nil {
-		want, ok = m.tr.Service(tenant)
+		var refused string
+		if want, refused = m.tr.Service(tenant); refused != "" {
+			m.recorder.Event(tenant, corev1.EventTypeWarning, ReasonClusterIPOutsideRange, "not copied into the host: "+refused)
+		}
 	}
 	current, err := services.Get(ctx, hostName, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return err
+		return false, err
 	}
 	if apierrors.IsNotFound(err) {
 		current = nil
 	}
 	if current != nil && current.Labels[LabelOrigin] != OriginClusterTree {
-		return fmt.Errorf("host Service %s exists and is not the copy of tenant Service %s; not touching it", hostName, key)
+		return false, fmt.Errorf("host Service %s exists and is not the copy of tenant Service %s; not touching it", hostName, key)
 	}
-	if !ok {
+	if want == nil {
 		if current == nil {
-			return nil
+			return false, nil
 		}
 		// The host's garbage collector removes its EndpointSlices, which it owns.
 		m.log.Info("removing the host copy of a tenant Service", "service", key.String(), "hostService", hostName)
-		return client404(services.Delete(ctx, hostName, metav1.DeleteOptions{}))
+		return false, client404(services.Delete(ctx, hostName, metav1.DeleteOptions{}))
 	}
 	want.OwnerReferences = []metav1.OwnerReference{m.owner}
 	// A ClusterIP cannot change: a tenant Service made again with another one is copied again.
 	if current != nil && current.Spec.ClusterIP != want.Spec.ClusterIP {
 		if err := client404(services.Delete(ctx, hostName, metav1.DeleteOptions{})); err != nil {
-			return err
+			return false, err
 		}
 		current = nil
 	}
 	switch {
 	case current == nil:
 		if current, err = services.Create(ctx, want, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
-			return fmt.Errorf("creating host Service %s: %w", hostName, err)
+			return false, fmt.Errorf("creating host Service %s: %w", hostName, err)
 		}
 		m.log.Info("copied a tenant Service into the host", "service", key.String(), "hostService", hostName, "clusterIP", want.Spec.ClusterIP)
 	case !equality.Semantic.DeepEqual(current.Spec.Ports, want.Spec.Ports) || current.Spec.SessionAffinity != want.Spec.SessionAffinity ||
@@ -206,32 +329,42 @@ func (m *serviceMirror) sync(ctx context.Context, key cache.ObjectName) error {
 		current.Spec.Ports, current.Spec.SessionAffinity, current.Spec.PublishNotReadyAddresses =
 			want.Spec.Ports, want.Spec.SessionAffinity, want.Spec.PublishNotReadyAddresses
 		if current, err = services.Update(ctx, current, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
-			return fmt.Errorf("updating host Service %s: %w", hostName, err)
+			return false, fmt.Errorf("updating host Service %s: %w", hostName, err)
 		}
 	}
-	return m.syncSlices(ctx, key, current)
+	return m.syncSlices(ctx, tenant, current)
 }
 
 // syncSlices copies the tenant Service's EndpointSlices next to its host copy svc, owned by it,
-// and removes copies of slices the tenant no longer has.
-func (m *serviceMirror) syncSlices(ctx context.Context, key cache.ObjectName, svc *corev1.Service) error {
-	tenantSlices, err := m.slices.EndpointSlices(key.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: key.Name}))
+// with the addresses of the tenant's own pods only, removes copies of slices the tenant no
+// longer has, and says whether it left addresses out.
+func (m *serviceMirror) syncSlices(ctx context.Context, tenant *corev1.Service, svc *corev1.Service) (bool, error) {
+	tenantSlices, err := m.slices.EndpointSlices(tenant.Namespace).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: tenant.Name}))
 	if err != nil {
-		return err
+		return false, err
 	}
 	client := m.host.DiscoveryV1().EndpointSlices(m.tr.HostNamespace)
 	hostSlices, err := client.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
 		discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: managedBy}).String()})
 	if err != nil {
-		return err
+		return false, err
 	}
+	ours, err := m.addresses(ctx)
+	if err != nil {
+		return false, err
+	}
+	var dropped []string
 	have := map[string]*discoveryv1.EndpointSlice{}
 	for i := range hostSlices.Items {
 		have[hostSlices.Items[i].Name] = &hostSlices.Items[i]
 	}
 	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID}
 	for _, ts := range tenantSlices {
-		want := m.tr.EndpointSlice(ts, svc.Name)
+		want, out := m.tr.EndpointSlice(ts, svc.Name, ours.Contains)
+		dropped = append(dropped, out...)
+		if want == nil {
+			continue
+		}
 		want.OwnerReferences = []metav1.OwnerReference{owner}
 		cur, ok := have[want.Name]
 		delete(have, want.Name)
@@ -244,15 +377,37 @@ func (m *serviceMirror) syncSlices(ctx context.Context, key cache.ObjectName, sv
 			_, err = client.Update(ctx, cur, metav1.UpdateOptions{FieldManager: fieldManager})
 		}
 		if err != nil {
-			return fmt.Errorf("copying EndpointSlice %s/%s into the host: %w", ts.Namespace, ts.Name, err)
+			return false, fmt.Errorf("copying EndpointSlice %s/%s into the host: %w", ts.Namespace, ts.Name, err)
 		}
 	}
 	for name := range have {
 		if err := client404(client.Delete(ctx, name, metav1.DeleteOptions{})); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	if len(dropped) > 0 {
+		slices.Sort(dropped)
+		dropped = slices.Compact(dropped)
+		shown := dropped[:min(len(dropped), 3)]
+		m.recorder.Eventf(tenant, corev1.EventTypeWarning, ReasonEndpointsDropped,
+			"endpoints %s (%d in all) are not copied into the host: not an address of this tenant's pods", strings.Join(shown, ", "), len(dropped))
+	}
+	return len(dropped) > 0, nil
+}
+
+// addresses are the tenant's own pods' addresses now.
+func (m *serviceMirror) addresses(ctx context.Context) (Addresses, error) {
+	pods, err := m.hostPods.Pods(m.tr.HostNamespace).List(labels.SelectorFromSet(HostSelector(m.tr.VirtualCluster)))
+	if err != nil {
+		return Addresses{}, err
+	}
+	a := Addresses{HostPods: pods}
+	if m.lent != nil {
+		if a.Lent, err = m.lent(ctx); err != nil {
+			return Addresses{}, fmt.Errorf("reading the addresses of the nodes lent to the tenant: %w", err)
+		}
+	}
+	return a, nil
 }
 
 func client404(err error) error {

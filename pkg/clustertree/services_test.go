@@ -1,6 +1,9 @@
 package clustertree
 
 import (
+	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,9 +34,9 @@ func TestServiceCopy(t *testing.T) {
 	}
 	tr := testTranslator()
 
-	host, ok := tr.Service(svc(nil))
-	if !ok {
-		t.Fatal("a ClusterIP Service is not copied")
+	host, refused := tr.Service(svc(nil))
+	if host == nil {
+		t.Fatalf("a ClusterIP Service is not copied: %s", refused)
 	}
 	if host.Name != hn("web") || host.Namespace != trHostNS {
 		t.Errorf("copy is %s/%s, want %s/%s", host.Namespace, host.Name, trHostNS, hn("web"))
@@ -64,9 +67,22 @@ func TestServiceCopy(t *testing.T) {
 		}),
 		"the tenant's kubernetes Service": svc(func(s *corev1.Service) { s.Namespace, s.Name = metav1.NamespaceDefault, "kubernetes" }),
 	} {
-		if _, ok := tr.Service(s); ok {
-			t.Errorf("%s: copied, want no copy (the tenant's DNS or the apiserver's own Service serve it)", name)
+		if host, refused := tr.Service(s); host != nil || refused != "" {
+			t.Errorf("%s: copied (%v) or refused (%q), want no copy needed (the tenant's DNS or the apiserver's own Service serve it)", name, host != nil, refused)
 		}
+	}
+
+	// Addresses of the host's Service range or of another tenant's slice would take them in the
+	// host: not copied, saying why.
+	for _, ips := range [][]string{{"10.96.0.88"}, {"10.254.9.77"}, {"10.254.0.42", "fd00::42"}, {"not-an-ip"}} {
+		s := svc(func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips })
+		host, refused := tr.Service(s)
+		if host != nil || !strings.Contains(refused, "outside this tenant's Service range 10.254.0.0/24") {
+			t.Errorf("ClusterIPs %v: copied %v, refused %q; want refused, naming the range", ips, host != nil, refused)
+		}
+	}
+	if host, refused := (Translator{VirtualCluster: trVC, HostNamespace: trHostNS}).Service(svc(nil)); host != nil || refused == "" {
+		t.Errorf("no Service range known: copied %v; want none copied", host != nil)
 	}
 }
 
@@ -83,7 +99,11 @@ func TestEndpointSliceCopy(t *testing.T) {
 		}},
 		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
 	}
-	host := testTranslator().EndpointSlice(tenant, hn("web"))
+	all := func(netip.Addr) bool { return true }
+	host, dropped := testTranslator().EndpointSlice(tenant, hn("web"), all)
+	if len(dropped) != 0 {
+		t.Errorf("dropped %v", dropped)
+	}
 	if host.Labels[discoveryv1.LabelServiceName] != hn("web") || host.Labels[discoveryv1.LabelManagedBy] != managedBy {
 		t.Errorf("labels %v: want the host Service's name and clustertree as manager", host.Labels)
 	}
@@ -96,5 +116,33 @@ func TestEndpointSliceCopy(t *testing.T) {
 	}
 	if *host.Ports[0].Port != 8080 {
 		t.Errorf("ports %+v", host.Ports)
+	}
+
+	// Only the tenant's own pods' addresses: its shared-node pods' and its lent nodes'.
+	ours := Addresses{
+		HostPods: []*corev1.Pod{{Status: corev1.PodStatus{PodIP: "10.244.1.7", PodIPs: []corev1.PodIP{{IP: "10.244.1.7"}}}}},
+		Lent:     []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("172.30.0.12/32")},
+	}
+	mixed := tenant.DeepCopy()
+	mixed.Endpoints = []discoveryv1.Endpoint{
+		{Addresses: []string{"10.244.1.7"}},  // its pod on the shared node
+		{Addresses: []string{"10.244.2.33"}}, // its pod on a lent node
+		{Addresses: []string{"10.96.0.1"}},   // the host's apiserver Service
+		{Addresses: []string{"10.244.1.9"}},  // another tenant's pod on the same host node
+		{Addresses: []string{"172.30.0.1"}},  // the host's control plane
+		{Addresses: []string{"::ffff:10.244.1.9"}},
+	}
+	host, dropped = testTranslator().EndpointSlice(mixed, hn("web"), ours.Contains)
+	var kept []string
+	for _, e := range host.Endpoints {
+		kept = append(kept, e.Addresses...)
+	}
+	if !slices.Equal(kept, []string{"10.244.1.7", "10.244.2.33"}) || !slices.Equal(dropped, []string{"10.96.0.1", "10.244.1.9", "172.30.0.1", "::ffff:10.244.1.9"}) {
+		t.Errorf("kept %v, dropped %v", kept, dropped)
+	}
+	fqdn := tenant.DeepCopy()
+	fqdn.AddressType = discoveryv1.AddressTypeFQDN
+	if host, _ := testTranslator().EndpointSlice(fqdn, hn("web"), all); host != nil {
+		t.Errorf("an FQDN slice is copied: %+v", host)
 	}
 }

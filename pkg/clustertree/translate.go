@@ -10,12 +10,15 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/kubernetes/pkg/fieldpath"
 	"k8s.io/kubernetes/pkg/kubelet/envvars"
 	"k8s.io/utils/ptr"
 
@@ -33,7 +36,42 @@ const (
 	AnnotationTenantUID            = "kubenest.io/tenant-uid"
 	AnnotationTenantNode           = "kubenest.io/tenant-node"
 	AnnotationTenantServiceAccount = "kubenest.io/tenant-service-account"
+	// AnnotationTenantLabels and AnnotationTenantAnnotations hold the tenant pod's labels and
+	// annotations as the kubelet writes a downward-API file of metadata.labels or
+	// metadata.annotations, for pods that have one.
+	AnnotationTenantLabels      = "kubenest.io/tenant-labels"
+	AnnotationTenantAnnotations = "kubenest.io/tenant-annotations"
+	// AnnotationTenantMetadata is a digest of the tenant pod's labels and annotations the host
+	// pod was last made from: when it differs, the host pod's are made again.
+	AnnotationTenantMetadata = "kubenest.io/tenant-metadata"
 )
+
+// tenantKeyDomain is where a tenant pod's label keys (and the annotation keys its downward API
+// reads) go on its host pod.
+const tenantKeyDomain = "tenant.kubenest.io"
+
+// HostKey is the host pod's key for a tenant pod's label or annotation key k: name as
+// tenant.kubenest.io/name, prefix/name as prefix.tenant.kubenest.io/name. Distinct tenant keys
+// get distinct host keys (the prefix is kept whole, and no prefix ends in tenant.kubenest.io
+// but ours), none of them a key that the host's components (a CNI, a mesh, an autoscaler, or
+// KubeNest itself) act on. A key too long to carry so is carried by a digest of it.
+func HostKey(k string) string {
+	key := tenantKeyDomain + "/" + k
+	if prefix, name, ok := strings.Cut(k, "/"); ok {
+		key = prefix + "." + tenantKeyDomain + "/" + name
+	}
+	if len(validation.IsQualifiedName(key)) == 0 {
+		return key
+	}
+	sum := sha256.Sum256([]byte(k))
+	return tenantKeyDomain + "/k-" + hex.EncodeToString(sum[:8])
+}
+
+// MetadataDigest is AnnotationTenantMetadata for a tenant pod.
+func MetadataDigest(tenant *corev1.Pod) string {
+	sum := sha256.Sum256([]byte(fieldpath.FormatMap(tenant.Labels) + "\x00" + fieldpath.FormatMap(tenant.Annotations)))
+	return hex.EncodeToString(sum[:8])
+}
 
 // HostName is the host-side name of a tenant object: <name>-x-<namespace>-x-<virtualcluster>,
 // cut and hashed to a DNS label when longer, so distinct tenant objects never share a name.
@@ -80,6 +118,9 @@ type Translator struct {
 	// ClusterDNS is the tenant's cluster DNS address, the resolver of its pods that use the
 	// cluster's DNS (dnsPolicy ClusterFirst); empty leaves them the node's resolver.
 	ClusterDNS string
+	// ServiceCIDR is the tenant's Service range, its slice of the host's tenant range: the
+	// only ClusterIPs its Services have in the host. Unset, no Service is copied.
+	ServiceCIDR netip.Prefix
 }
 
 // Ref names a tenant ConfigMap or Secret a pod refers to; Optional when every reference to it
@@ -165,8 +206,8 @@ func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        hostName,
 			Namespace:   t.HostNamespace,
-			Labels:      t.labels(tenant.Labels),
-			Annotations: without(tenant.Annotations),
+			Labels:      t.hostLabels(tenant.Labels),
+			Annotations: refs.annotations(tenant),
 		},
 		Spec: corev1.PodSpec{
 			Volumes:                       volumes,
@@ -188,11 +229,6 @@ func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1
 			HostUsers:                    spec.HostUsers,
 		},
 	}
-	host.Annotations[AnnotationTenantName] = tenant.Name
-	host.Annotations[AnnotationTenantNamespace] = tenant.Namespace
-	host.Annotations[AnnotationTenantUID] = string(tenant.UID)
-	host.Annotations[AnnotationTenantNode] = tenant.Spec.NodeName
-	host.Annotations[AnnotationTenantServiceAccount] = tenant.Spec.ServiceAccountName
 	return host, refs.done(), nil
 }
 
@@ -229,7 +265,7 @@ func (t Translator) Object(tenant metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name:        HostName(t.VirtualCluster, tenant.Namespace, tenant.Name),
 		Namespace:   t.HostNamespace,
-		Labels:      t.labels(nil),
+		Labels:      t.hostLabels(nil),
 		Annotations: ann,
 	}
 }
@@ -246,39 +282,53 @@ func HostSelector(vc string) map[string]string {
 	return map[string]string{naming.LabelVirtualCluster: vc, LabelOrigin: OriginClusterTree}
 }
 
-func (t Translator) labels(tenant map[string]string) map[string]string {
-	l := without(tenant)
+// hostLabels are a host object's labels: the tenant's, each under HostKey, and HostSelector's.
+func (t Translator) hostLabels(tenant map[string]string) map[string]string {
+	l := make(map[string]string, len(tenant)+2)
+	for k, v := range tenant {
+		l[HostKey(k)] = v
+	}
 	maps.Copy(l, HostSelector(t.VirtualCluster))
 	return l
 }
 
-// without copies m without keys in kubenest.io/, which only KubeNest sets on host objects: a
-// tenant cannot make its pod look like one of the control plane's.
-func without(m map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range m {
-		if !isKubeNestKey(k) {
-			out[k] = v
+// annotations are the host pod's annotations: which tenant pod it runs, and what of the tenant
+// pod's labels and annotations its downward API reads (fieldPath noted which); no other tenant
+// annotation.
+func (r *refSet) annotations(tenant *corev1.Pod) map[string]string {
+	ann := map[string]string{
+		AnnotationTenantName:           tenant.Name,
+		AnnotationTenantNamespace:      tenant.Namespace,
+		AnnotationTenantUID:            string(tenant.UID),
+		AnnotationTenantNode:           tenant.Spec.NodeName,
+		AnnotationTenantServiceAccount: tenant.Spec.ServiceAccountName,
+		AnnotationTenantMetadata:       MetadataDigest(tenant),
+	}
+	for k := range r.annotationKeys {
+		if v, ok := tenant.Annotations[k]; ok {
+			ann[HostKey(k)] = v
 		}
 	}
-	return out
+	if r.allLabels {
+		ann[AnnotationTenantLabels] = fieldpath.FormatMap(tenant.Labels)
+	}
+	if r.allAnnotations {
+		ann[AnnotationTenantAnnotations] = fieldpath.FormatMap(tenant.Annotations)
+	}
+	return ann
 }
 
-func isKubeNestKey(k string) bool {
-	return strings.HasPrefix(k, "kubenest.io/") || strings.Contains(k, ".kubenest.io/")
+// downwardAPIItems points downward-API volume items at the host pod's copies of the tenant
+// pod's fields (see fieldPath).
+func (r *refSet) downwardAPIItems(items []corev1.DownwardAPIVolumeFile) {
+	for i := range items {
+		if f := items[i].FieldRef; f != nil {
+			f.FieldPath = r.fieldPath(f.FieldPath)
+		}
+	}
 }
 
 // baseEnv is what every container gets before its own variables (which override it): the
-// hostDownwardAPIItems points downward-API volume items at the host pod's copies of the
-// tenant pod's fields (see hostFieldPath).
-func hostDownwardAPIItems(items []corev1.DownwardAPIVolumeFile) {
-	for i := range items {
-		if f := items[i].FieldRef; f != nil {
-			f.FieldPath = hostFieldPath(f.FieldPath)
-		}
-	}
-}
-
 // tenant apiserver's address and the tenant's service links.
 func (t Translator) baseEnv(tenant *corev1.Pod, services []*corev1.Service) []corev1.EnvVar {
 	port := strconv.Itoa(int(t.APIServerPort))
@@ -322,7 +372,7 @@ func (t Translator) container(c corev1.Container, base []corev1.EnvVar, name fun
 				refs.secret(vf.SecretKeyRef.Name, isTrue(vf.SecretKeyRef.Optional))
 				vf.SecretKeyRef.Name = name(vf.SecretKeyRef.Name)
 			case vf.FieldRef != nil:
-				vf.FieldRef.FieldPath = hostFieldPath(vf.FieldRef.FieldPath)
+				vf.FieldRef.FieldPath = refs.fieldPath(vf.FieldRef.FieldPath)
 			}
 		}
 	}
@@ -340,9 +390,30 @@ func (t Translator) container(c corev1.Container, base []corev1.EnvVar, name fun
 	return c
 }
 
-func hostFieldPath(p string) string {
+// fieldPath is the host pod's field that holds what a downward-API reference to the tenant
+// pod's field p reads, and notes what the host pod must carry for it.
+func (r *refSet) fieldPath(p string) string {
+	annotation := func(key string) string { return "metadata.annotations['" + key + "']" }
 	if ann, ok := fieldPaths[p]; ok {
-		return "metadata.annotations['" + ann + "']"
+		return annotation(ann)
+	}
+	switch p {
+	case "metadata.labels":
+		r.allLabels = true
+		return annotation(AnnotationTenantLabels)
+	case "metadata.annotations":
+		r.allAnnotations = true
+		return annotation(AnnotationTenantAnnotations)
+	}
+	switch path, key, ok := fieldpath.SplitMaybeSubscriptedPath(p); {
+	case ok && path == "metadata.labels":
+		return "metadata.labels['" + HostKey(key) + "']"
+	case ok && path == "metadata.annotations":
+		if r.annotationKeys == nil {
+			r.annotationKeys = map[string]bool{}
+		}
+		r.annotationKeys[key] = true
+		return annotation(HostKey(key))
 	}
 	return p
 }
@@ -360,7 +431,7 @@ func (t Translator) volumes(in []corev1.Volume, hostPod string, name func(string
 			refs.secret(v.Secret.SecretName, isTrue(v.Secret.Optional))
 			v.Secret.SecretName = name(v.Secret.SecretName)
 		case v.DownwardAPI != nil:
-			hostDownwardAPIItems(v.DownwardAPI.Items)
+			refs.downwardAPIItems(v.DownwardAPI.Items)
 		case v.Projected != nil:
 			for j := range v.Projected.Sources {
 				s := &v.Projected.Sources[j]
@@ -372,7 +443,7 @@ func (t Translator) volumes(in []corev1.Volume, hostPod string, name func(string
 					refs.secret(s.Secret.Name, isTrue(s.Secret.Optional))
 					s.Secret.Name = name(s.Secret.Name)
 				case s.DownwardAPI != nil:
-					hostDownwardAPIItems(s.DownwardAPI.Items)
+					refs.downwardAPIItems(s.DownwardAPI.Items)
 				case s.ServiceAccountToken != nil:
 					// The token is the tenant's, requested from the tenant for this pod and
 					// kept fresh in the pod's token Secret; never a host token.
@@ -447,6 +518,10 @@ func checkAllowed(p *corev1.Pod) error {
 type refSet struct {
 	configMaps, secrets []Ref
 	tokens              []corev1.ServiceAccountTokenProjection
+	// What its downward API reads of the pod's metadata: single annotations, all labels, all
+	// annotations (single labels are on the host pod anyway).
+	annotationKeys            map[string]bool
+	allLabels, allAnnotations bool
 }
 
 func (r *refSet) configMap(n string, optional bool) { r.configMaps = addRef(r.configMaps, n, optional) }

@@ -3,7 +3,7 @@ package clustertree
 import (
 	"errors"
 	"fmt"
-	"maps"
+	"net/netip"
 	"reflect"
 	"regexp"
 	"slices"
@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/kubernetes/pkg/fieldpath"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/pkg/naming"
@@ -35,7 +36,7 @@ const (
 
 func testTranslator() Translator {
 	return Translator{VirtualCluster: trVC, HostNamespace: trHostNS, NodeName: trNode, APIServerHost: trAPIHost, APIServerPort: trAPIPort,
-		ClusterDNS: "10.254.0.10"}
+		ClusterDNS: "10.254.0.10", ServiceCIDR: netip.MustParsePrefix("10.254.0.0/24")}
 }
 
 // hn is the host name of the tenant object called name in trNS.
@@ -96,31 +97,15 @@ func between(t *testing.T, env []corev1.EnvVar, own int) map[string]string {
 
 // resolveField is what a kubelet gives a downward-API field of pod p.
 func resolveField(p *corev1.Pod, path string) (string, bool) {
-	key := func(prefix string) (string, bool) {
-		if strings.HasPrefix(path, prefix+"['") && strings.HasSuffix(path, "']") {
-			return path[len(prefix)+2 : len(path)-2], true
-		}
-		return "", false
-	}
 	switch path {
-	case "metadata.name":
-		return p.Name, true
-	case "metadata.namespace":
-		return p.Namespace, true
-	case "metadata.uid":
-		return string(p.UID), true
 	case "spec.nodeName":
 		return p.Spec.NodeName, true
 	case "spec.serviceAccountName":
 		return p.Spec.ServiceAccountName, true
 	}
-	if k, ok := key("metadata.annotations"); ok {
-		return p.Annotations[k], true
-	}
-	if k, ok := key("metadata.labels"); ok {
-		return p.Labels[k], true
-	}
-	return "", false
+	// The kubelet's own code for the object's metadata.
+	v, err := fieldpath.ExtractFieldPathAsString(p, path)
+	return v, err == nil
 }
 
 var hashed = regexp.MustCompile(`-[0-9a-f]{10}$`)
@@ -294,15 +279,22 @@ func TestPod(t *testing.T) {
 				p.Annotations = map[string]string{
 					"note": "hello", AnnotationTenantName: "spoofed", AnnotationTenantUID: "spoofed",
 					"kubenest.io/config-hash": "x", "sub.kubenest.io/a": "b",
+					// What host components act on: never on the host pod.
+					"k8s.v1.cni.cncf.io/networks": "host-network", "cni.projectcalico.org/ipAddrs": `["10.244.1.250"]`,
+					"sidecar.istio.io/inject": "true",
 				}
 			},
 			check: func(t *testing.T, tenant, host *corev1.Pod, _ Refs) {
 				if host.Name != "web-x-app-x-alpha" || host.Namespace != trHostNS {
 					t.Errorf("host pod is %s/%s, want %s/web-x-app-x-alpha", host.Namespace, host.Name, trHostNS)
 				}
+				// The tenant's labels, each under tenant.kubenest.io (its own kubenest.io keys
+				// too, which so cannot pass for KubeNest's), and the host's selector.
 				wantLabels := map[string]string{
-					"app": "web", "example.com/keep": "1", "notkubenest.io/keep": "2",
-					naming.LabelVirtualCluster: trVC, LabelOrigin: OriginClusterTree,
+					"tenant.kubenest.io/app": "web", "example.com.tenant.kubenest.io/keep": "1", "notkubenest.io.tenant.kubenest.io/keep": "2",
+					"kubenest.io.tenant.kubenest.io/virtualcluster": "beta", "kubenest.io.tenant.kubenest.io/origin": "spoofed",
+					"team.kubenest.io.tenant.kubenest.io/x": "y",
+					naming.LabelVirtualCluster:              trVC, LabelOrigin: OriginClusterTree,
 				}
 				if !reflect.DeepEqual(host.Labels, wantLabels) {
 					t.Errorf("labels = %v, want %v", host.Labels, wantLabels)
@@ -313,13 +305,14 @@ func TestPod(t *testing.T) {
 				if labels.SelectorFromSet(HostSelector("beta")).Matches(labels.Set(host.Labels)) {
 					t.Errorf("HostSelector(beta) selects a host pod of %s", trVC)
 				}
+				// KubeNest's only: none of the tenant's annotations.
 				wantAnnotations := map[string]string{
-					"note":                         "hello",
 					AnnotationTenantName:           "web",
 					AnnotationTenantNamespace:      trNS,
 					AnnotationTenantUID:            string(trUID),
 					AnnotationTenantNode:           trNode,
 					AnnotationTenantServiceAccount: trSA,
+					AnnotationTenantMetadata:       MetadataDigest(tenant),
 				}
 				if !reflect.DeepEqual(host.Annotations, wantAnnotations) {
 					t.Errorf("annotations = %v, want %v", host.Annotations, wantAnnotations)
@@ -333,8 +326,8 @@ func TestPod(t *testing.T) {
 				if !reflect.DeepEqual(host.Labels, HostSelector(trVC)) {
 					t.Errorf("labels = %v, want %v", host.Labels, HostSelector(trVC))
 				}
-				if host.Annotations[AnnotationTenantName] != "web" || len(host.Annotations) != 5 {
-					t.Errorf("annotations = %v, want the five tenant annotations", host.Annotations)
+				if host.Annotations[AnnotationTenantName] != "web" || len(host.Annotations) != 6 {
+					t.Errorf("annotations = %v, want KubeNest's six", host.Annotations)
 				}
 			},
 		},
@@ -556,11 +549,13 @@ func TestPod(t *testing.T) {
 			},
 			check: func(t *testing.T, tenant, host *corev1.Pod, _ Refs) {
 				rewritten := map[string]string{
-					"metadata.name":           "metadata.annotations['kubenest.io/tenant-name']",
-					"metadata.namespace":      "metadata.annotations['kubenest.io/tenant-namespace']",
-					"metadata.uid":            "metadata.annotations['kubenest.io/tenant-uid']",
-					"spec.nodeName":           "metadata.annotations['kubenest.io/tenant-node']",
-					"spec.serviceAccountName": "metadata.annotations['kubenest.io/tenant-service-account']",
+					"metadata.name":                "metadata.annotations['kubenest.io/tenant-name']",
+					"metadata.namespace":           "metadata.annotations['kubenest.io/tenant-namespace']",
+					"metadata.uid":                 "metadata.annotations['kubenest.io/tenant-uid']",
+					"spec.nodeName":                "metadata.annotations['kubenest.io/tenant-node']",
+					"spec.serviceAccountName":      "metadata.annotations['kubenest.io/tenant-service-account']",
+					"metadata.labels['tier']":      "metadata.labels['tenant.kubenest.io/tier']",
+					"metadata.annotations['note']": "metadata.annotations['tenant.kubenest.io/note']",
 				}
 				hostEnv := effective(host.Spec.Containers[0].Env)
 				for _, e := range tenant.Spec.Containers[0].Env {
@@ -732,13 +727,40 @@ func TestPod(t *testing.T) {
 				want := tenant.DeepCopy().Spec.Volumes
 				want[0].DownwardAPI.Items[0].FieldRef.FieldPath = "metadata.annotations['" + AnnotationTenantName + "']"
 				want[0].DownwardAPI.Items[1].FieldRef.FieldPath = "metadata.annotations['" + AnnotationTenantNamespace + "']"
+				want[0].DownwardAPI.Items[2].FieldRef.FieldPath = "metadata.annotations['" + AnnotationTenantLabels + "']"
 				if !reflect.DeepEqual(host.Spec.Volumes, want) {
 					t.Errorf("volumes = %+v, want %+v", host.Spec.Volumes, want)
 				}
-				for _, item := range host.Spec.Volumes[0].DownwardAPI.Items[:2] {
-					if v, _ := resolveField(host, item.FieldRef.FieldPath); v == "" {
-						t.Errorf("%s: the host pod gives nothing", item.Path)
+				// Each file the host kubelet writes is the one the tenant's would.
+				for i, item := range host.Spec.Volumes[0].DownwardAPI.Items[:3] {
+					tenantValue, _ := resolveField(tenant, tenant.Spec.Volumes[0].DownwardAPI.Items[i].FieldRef.FieldPath)
+					if v, _ := resolveField(host, item.FieldRef.FieldPath); v != tenantValue || v == "" {
+						t.Errorf("%s: the host pod gives %q, the tenant pod %q", item.Path, v, tenantValue)
 					}
+				}
+			},
+		},
+		{
+			name: "downward API of annotations: only those read are on the host pod",
+			pod: func(p *corev1.Pod) {
+				p.Annotations = map[string]string{"note": "hello", "k8s.v1.cni.cncf.io/networks": "host-network"}
+				p.Spec.Volumes = []corev1.Volume{{Name: "info", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+					Sources: []corev1.VolumeProjection{{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+						{Path: "annotations", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations"}},
+						{Path: "network", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.annotations['k8s.v1.cni.cncf.io/networks']"}},
+					}}}},
+				}}}}
+			},
+			check: func(t *testing.T, tenant, host *corev1.Pod, _ Refs) {
+				items := host.Spec.Volumes[0].Projected.Sources[0].DownwardAPI.Items
+				for i, item := range items {
+					tenantValue, _ := resolveField(tenant, tenant.Spec.Volumes[0].Projected.Sources[0].DownwardAPI.Items[i].FieldRef.FieldPath)
+					if v, _ := resolveField(host, item.FieldRef.FieldPath); v != tenantValue || v == "" {
+						t.Errorf("%s: the host pod gives %q, the tenant pod %q", item.Path, v, tenantValue)
+					}
+				}
+				if _, ok := host.Annotations["k8s.v1.cni.cncf.io/networks"]; ok {
+					t.Errorf("the CNI annotation reached the host pod: %v", host.Annotations)
 				}
 			},
 		},
@@ -1271,41 +1293,32 @@ func TestTenantStatus(t *testing.T) {
 	}
 }
 
-func TestTenantOnly(t *testing.T) {
-	tests := []struct {
-		name               string
-		host, tenant, want map[string]string
-	}{
-		{name: "nothing", want: map[string]string{}},
-		{
-			name:   "keys clustertree added are dropped",
-			host:   map[string]string{"app": "web", naming.LabelVirtualCluster: trVC, LabelOrigin: OriginClusterTree, AnnotationTenantUID: "u"},
-			tenant: map[string]string{"app": "web"},
-			want:   map[string]string{"app": "web"},
-		},
-		{
-			name:   "kubenest.io keys the tenant set come back with its values",
-			host:   map[string]string{"app": "web", naming.LabelVirtualCluster: trVC},
-			tenant: map[string]string{"app": "web", naming.LabelVirtualCluster: "mine", "kubenest.io/other": "x", "team.kubenest.io/y": "z"},
-			want:   map[string]string{"app": "web", naming.LabelVirtualCluster: "mine", "kubenest.io/other": "x", "team.kubenest.io/y": "z"},
-		},
-		{
-			name:   "other keys are the host pod's",
-			host:   map[string]string{"app": "web", "version": "1"},
-			tenant: map[string]string{"app": "web", "version": "2", "new": "yes"},
-			want:   map[string]string{"app": "web", "version": "1"},
-		},
+func TestHostKey(t *testing.T) {
+	long := strings.Repeat("p", 240) + ".example.com/name"
+	tests := []struct{ tenant, want string }{
+		{"app", "tenant.kubenest.io/app"},
+		{"app.kubernetes.io/name", "app.kubernetes.io.tenant.kubenest.io/name"},
+		{"k8s.v1.cni.cncf.io/networks", "k8s.v1.cni.cncf.io.tenant.kubenest.io/networks"},
+		// A tenant's own kubenest.io keys are carried like any other: never one of KubeNest's.
+		{"kubenest.io/component", "kubenest.io.tenant.kubenest.io/component"},
+		{long, ""},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			hostBefore, tenantBefore := maps.Clone(tc.host), maps.Clone(tc.tenant)
-			if got := tenantOnly(tc.host, tc.tenant); !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("tenantOnly = %v, want %v", got, tc.want)
-			}
-			if !reflect.DeepEqual(tc.host, hostBefore) || !reflect.DeepEqual(tc.tenant, tenantBefore) {
-				t.Errorf("tenantOnly changed its arguments")
-			}
-		})
+	seen := map[string]string{}
+	for _, tt := range tests {
+		got := HostKey(tt.tenant)
+		if tt.want != "" && got != tt.want {
+			t.Errorf("HostKey(%q) = %q, want %q", tt.tenant, got, tt.want)
+		}
+		if errs := validation.IsQualifiedName(got); len(errs) > 0 {
+			t.Errorf("HostKey(%q) = %q is not a valid key: %v", tt.tenant, got, errs)
+		}
+		if !strings.Contains(got, "tenant.kubenest.io/") {
+			t.Errorf("HostKey(%q) = %q is not under tenant.kubenest.io", tt.tenant, got)
+		}
+		if other, ok := seen[got]; ok {
+			t.Errorf("HostKey(%q) = HostKey(%q) = %q", tt.tenant, other, got)
+		}
+		seen[got] = tt.tenant
 	}
 }
 
@@ -1343,8 +1356,8 @@ func TestTenantView(t *testing.T) {
 		host.Spec.InitContainers[0].Image = "busybox:1.35"
 		host.Spec.Containers = host.Spec.Containers[:1] // fewer than the tenant's
 		host.Spec.ActiveDeadlineSeconds = ptr.To[int64](300)
-		host.Labels["app"] = "old"
-		host.Annotations["note"] = "old"
+		// Made from other labels than the tenant pod has now.
+		host.Annotations[AnnotationTenantMetadata] = "0123456789abcdef"
 		hostBefore := host.DeepCopy()
 
 		got := (&provider{}).tenantView(tenant, host)
@@ -1357,13 +1370,12 @@ func TestTenantView(t *testing.T) {
 		if got.Spec.ActiveDeadlineSeconds == nil || *got.Spec.ActiveDeadlineSeconds != 300 {
 			t.Errorf("activeDeadlineSeconds = %v, want the host pod's 300", got.Spec.ActiveDeadlineSeconds)
 		}
-		wantLabels := map[string]string{"app": "old", "kubenest.io/mine": "label"}
-		if !reflect.DeepEqual(got.Labels, wantLabels) {
-			t.Errorf("labels = %v, want %v", got.Labels, wantLabels)
+		// The host pod's metadata is out of date: the view says so, so virtual-kubelet updates.
+		if reflect.DeepEqual(got.Annotations, tenant.Annotations) || got.Annotations[AnnotationTenantMetadata] != "host:0123456789abcdef" {
+			t.Errorf("annotations = %v: want the tenant's, marked as made from other metadata", got.Annotations)
 		}
-		wantAnnotations := map[string]string{"note": "old", "kubenest.io/mine": "annotation"}
-		if !reflect.DeepEqual(got.Annotations, wantAnnotations) {
-			t.Errorf("annotations = %v, want %v", got.Annotations, wantAnnotations)
+		if !reflect.DeepEqual(got.Labels, tenant.Labels) {
+			t.Errorf("labels = %v, want the tenant's %v", got.Labels, tenant.Labels)
 		}
 		if want := TenantStatus(host); !reflect.DeepEqual(got.Status, want) {
 			t.Errorf("status = %+v, want the host's %+v", got.Status, want)

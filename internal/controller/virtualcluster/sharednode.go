@@ -7,11 +7,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/netip"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,8 +37,9 @@ type SharedNodes struct {
 	NodeName string
 }
 
-// podSecurityLevel is the Pod Security level the VirtualCluster's namespace enforces once its
-// tenant may run pods on the shared nodes: no host namespaces, ports, paths or privileges.
+// podSecurityLevel is the Pod Security level every VirtualCluster's namespace enforces: no host
+// namespaces, ports, paths or privileges for the shared node's host pods, nor for whatever a
+// host user of the namespace runs there. The tenant's own pods meet restricted.
 const podSecurityLevel = "baseline"
 
 // The shared node copies tenant Services and their EndpointSlices into the host.
@@ -57,9 +60,6 @@ func (r *Reconciler) reconcileSharedNode(ctx context.Context, vc *v1alpha1.Virtu
 	if !conds.IsTrue(v1alpha1.ConditionAPIServerReady) {
 		conds.Set(v1alpha1.ConditionSharedNodeReady, false, ReasonWaitingForAPIServer, "the virtual node starts once the tenant's apiserver answers")
 		return nil
-	}
-	if err := r.labelForPodSecurity(ctx, vc.Namespace); err != nil {
-		return err
 	}
 	tenantCfg, err := r.tenantConfig(vc, p)
 	if err != nil {
@@ -140,9 +140,46 @@ func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI,
 		APIServerHost:     exp.ClusterIP,
 		APIServerPort:     controlplane.APIServerPort,
 		ClusterDNS:        dns.String(),
+		ServiceCIDR:       vc.Status.ServiceCIDR,
+		TenantAddresses:   func(ctx context.Context) ([]netip.Prefix, error) { return r.lentNodeAddresses(ctx, vc.UID) },
 		Capacity:          r.sharedCapacity,
 		KubeletVersion:    version.KubernetesVersion(),
 	}, renewAt, nil
+}
+
+// lentNodeAddresses are the addresses of the pods of the nodes lent to the tenant with uid, as
+// the host knows them: each such Node's spec.podCIDRs, and its own addresses (for pods on the
+// host network, where the platform grants them). A node whose pod range the host does not
+// record contributes only its addresses.
+func (r *Reconciler) lentNodeAddresses(ctx context.Context, uid types.UID) ([]netip.Prefix, error) {
+	pools := &v1alpha1.PoolNodeList{}
+	if err := r.Client.List(ctx, pools); err != nil {
+		return nil, err
+	}
+	var out []netip.Prefix
+	for _, pn := range pools.Items {
+		if (pn.Spec.Tenant == nil || pn.Spec.Tenant.UID != uid) && pn.Status.Agent.TenantUID != uid {
+			continue
+		}
+		node := &corev1.Node{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: pn.Name}, node); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, err
+		}
+		for _, c := range node.Spec.PodCIDRs {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				out = append(out, p.Masked())
+			}
+		}
+		for _, a := range node.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+			}
+		}
+	}
+	return out, nil
 }
 
 // sharedCapacity is what the host's shared nodes can give: the allocatable resources of every
@@ -178,8 +215,9 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// labelForPodSecurity makes the host namespace enforce Pod Security's baseline level, the
-// host's own guard beside clustertree's checks.
+// labelForPodSecurity makes the host namespace enforce Pod Security's baseline level (or keeps
+// restricted): the host's own guard beside clustertree's checks, and what keeps a host user
+// with edit on the tenant's namespace from running privileged pods there.
 func (r *Reconciler) labelForPodSecurity(ctx context.Context, namespace string) error {
 	ns := &corev1.Namespace{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {

@@ -63,9 +63,10 @@ type Config struct {
 	// ServiceCIDR is the tenant's Service range (status.serviceCIDR): its Services are copied
 	// into the host with their ClusterIPs only when these are in it.
 	ServiceCIDR string
-	// TenantAddresses are the address ranges of the host nodes lent to the tenant (their pod
-	// ranges, their own addresses): with its shared-node pods' addresses, what the endpoints of
-	// its Services copied into the host may be. Nil: none.
+	// TenantAddresses are the addresses of the tenant's pods the host knows beside those of its
+	// shared-node pods: its control-plane pods', and the ranges of the host nodes lent to it
+	// (their pod ranges, their own addresses). With its shared-node pods' addresses, they are
+	// what the endpoints of its Services copied into the host may be. Nil: none.
 	TenantAddresses func(context.Context) ([]netip.Prefix, error)
 	// Capacity is what the host's shared nodes can give, for the virtual node's status.
 	Capacity func(context.Context) (corev1.ResourceList, error)

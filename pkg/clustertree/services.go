@@ -107,7 +107,8 @@ func (t Translator) EndpointSlice(tenant *discoveryv1.EndpointSlice, hostService
 }
 
 // Addresses says which addresses are the tenant's own pods': those of its pods on the shared
-// node (the host pods clustertree runs for it) and those in its lent nodes' ranges.
+// node (the host pods clustertree runs for it), and the others the host knows of (its
+// control-plane pods, its lent nodes' ranges).
 type Addresses struct {
 	HostPods []*corev1.Pod
 	Lent     []netip.Prefix
@@ -143,8 +144,8 @@ type serviceMirror struct {
 	host     kubernetes.Interface
 	services corelisters.ServiceLister
 	slices   discoverylisters.EndpointSliceLister
-	// hostPods are the host pods clustertree runs for the tenant; lent, the address ranges of
-	// the nodes lent to it: together, the addresses an endpoint may have.
+	// hostPods are the host pods clustertree runs for the tenant; lent, the other addresses of
+	// its pods (Config.TenantAddresses): together, the addresses an endpoint may have.
 	hostPods corelisters.PodLister
 	lent     func(context.Context) ([]netip.Prefix, error)
 	recorder record.EventRecorder

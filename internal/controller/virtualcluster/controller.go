@@ -167,6 +167,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		return reconcile.Result{}, reconcile.TerminalError(err)
 	}
 
+	if err := r.labelForPodSecurity(ctx, vc.Namespace); err != nil {
+		return reconcile.Result{}, err
+	}
 	cidr, err := r.serviceCIDR(ctx, vc)
 	if err != nil {
 		conds.applyFailed(v1alpha1.ConditionAPIServerReady, "tenant's Service range (ServiceCIDR)")

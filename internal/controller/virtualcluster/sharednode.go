@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +20,7 @@ import (
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/pki"
 	"github.com/kubenest-io/kubenest/pkg/version"
 )
@@ -141,22 +141,35 @@ func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI,
 		APIServerPort:     controlplane.APIServerPort,
 		ClusterDNS:        dns.String(),
 		ServiceCIDR:       vc.Status.ServiceCIDR,
-		TenantAddresses:   func(ctx context.Context) ([]netip.Prefix, error) { return r.lentNodeAddresses(ctx, vc.UID) },
+		TenantAddresses:   func(ctx context.Context) ([]netip.Prefix, error) { return r.tenantAddresses(ctx, vc) },
 		Capacity:          r.sharedCapacity,
 		KubeletVersion:    version.KubernetesVersion(),
 	}, renewAt, nil
 }
 
-// lentNodeAddresses are the addresses of the pods of the nodes lent to the tenant with uid, as
-// the host knows them: each such Node's spec.podCIDRs, and its own addresses (for pods on the
-// host network, where the platform grants them). A node whose pod range the host does not
-// record contributes only its addresses.
-func (r *Reconciler) lentNodeAddresses(ctx context.Context, uid types.UID) ([]netip.Prefix, error) {
+// tenantAddresses are the addresses of vc's pods that the host knows, beside those of its pods
+// on the shared node: its control-plane pods' (its cluster DNS answers there), and those of the
+// nodes lent to it: each such Node's spec.podCIDRs and its own addresses (for pods on the host
+// network, where the platform grants them). A node whose pod range the host does not record
+// contributes only its addresses.
+func (r *Reconciler) tenantAddresses(ctx context.Context, vc *v1alpha1.VirtualCluster) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	pods, err := r.componentPods(ctx, vc, naming.ComponentControlPlane)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pods {
+		for _, ip := range p.Status.PodIPs {
+			if addr, err := netip.ParseAddr(ip.IP); err == nil {
+				out = append(out, netip.PrefixFrom(addr, addr.BitLen()))
+			}
+		}
+	}
 	pools := &v1alpha1.PoolNodeList{}
 	if err := r.Client.List(ctx, pools); err != nil {
 		return nil, err
 	}
-	var out []netip.Prefix
+	uid := vc.UID
 	for _, pn := range pools.Items {
 		if (pn.Spec.Tenant == nil || pn.Spec.Tenant.UID != uid) && pn.Status.Agent.TenantUID != uid {
 			continue

@@ -1,0 +1,433 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/clustertree"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/naming"
+)
+
+// TestHostileTenant attacks from inside a tenant, as an admin who wants out: cluster-admin in
+// its own cluster, edit on its own host namespace, able to create VirtualClusters. Each attack
+// must fail with a message that says why, and the legitimate use next to it must still work,
+// for the attacker and for the tenant it aims at.
+func TestHostileTenant(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	nsA := createNamespace(t, ctx, "e2e-hostile")
+	nsV := createNamespace(t, ctx, "e2e-hostile-victim")
+	attacker := newVC(nsA, "attacker", v1alpha1.ExposureNodePort)
+	attacker.Spec.Nodes.Shared = true
+	victim := newVC(nsV, "victim", v1alpha1.ExposureNodePort)
+	victim.Spec.Nodes.Shared = true
+	for _, vc := range []*v1alpha1.VirtualCluster{attacker, victim} {
+		if err := host.Create(ctx, vc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attacker, victim = waitReady(t, ctx, attacker), waitReady(t, ctx, victim)
+	attackerKC := downloadKubeconfig(t, ctx, attacker)
+	evil, good := tenantClient(t, attackerKC), tenantClient(t, downloadKubeconfig(t, ctx, victim))
+	waitTenantNodeReady(t, ctx, evil, sharedNode)
+	waitTenantNodeReady(t, ctx, good, sharedNode)
+
+	// The victim serves something the attacker would like to capture.
+	createWebDeployment(t, ctx, good, 1)
+	victimPod := waitTenantPodsRunning(t, ctx, good, 1)[0]
+	web := createService(t, ctx, good, "web", false)
+	victimRange := netip.MustParsePrefix(victim.Status.ServiceCIDR)
+	t.Logf("attacker's range %s, victim's %s; victim web at %s, pod %s", attacker.Status.ServiceCIDR, victimRange, web.Spec.ClusterIP, victimPod.Status.PodIP)
+
+	refused := func(t *testing.T, what string, err error, says ...string) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s: accepted", what)
+			return
+		}
+		t.Logf("%s: refused: %v", what, err)
+		for _, s := range says {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("%s: %v; want it to say %q", what, err, s)
+			}
+		}
+	}
+
+	t.Run("Service addresses of the host and of other tenants", func(t *testing.T) {
+		for _, cidr := range []string{"10.96.0.0/16", victimRange.String()} {
+			_, err := evil.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{
+				ObjectMeta: metav1.ObjectMeta{Name: "steal-" + strings.NewReplacer(".", "-", "/", "-").Replace(cidr)},
+				Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{cidr}},
+			}, metav1.CreateOptions{})
+			refused(t, "a ServiceCIDR "+cidr, err, "KubeNestTenantGuard", "outside this tenant's Service range")
+		}
+		unused := victimRange.Addr().Next().Next().Next().Next().Next().Next().Next().Next() // .8: not the victim's DNS (.10) nor its first Services
+		for _, ip := range []string{"10.96.0.88", unused.String()} {
+			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "steal", Namespace: "default"}, Spec: corev1.ServiceSpec{
+				ClusterIP: ip, Ports: []corev1.ServicePort{{Port: 80}}}}
+			_, err := evil.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+			refused(t, "a Service at "+ip, err, ip)
+		}
+		ext := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "external", Namespace: "default"}, Spec: corev1.ServiceSpec{
+			ExternalIPs: []string{"172.30.0.1"}, Ports: []corev1.ServicePort{{Port: 6443}}}}
+		_, err := evil.CoreV1().Services("default").Create(ctx, ext, metav1.CreateOptions{})
+		refused(t, "a Service with the host apiserver's address as external IP", err, "KubeNestTenantGuard", "spec.externalIPs")
+
+		// A Service of its own range whose endpoints it writes by hand: the host's apiserver
+		// Service and the victim's pod. Neither is copied into the host.
+		steal := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "steal", Namespace: "default"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+		steal, err = evil.CoreV1().Services("default").Create(ctx, steal, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = evil.DiscoveryV1().EndpointSlices("default").Create(ctx, &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: "steal-1", Namespace: "default", Labels: map[string]string{discoveryv1.LabelServiceName: "steal"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.96.0.1"}}, {Addresses: []string{victimPod.Status.PodIP}},
+				{Addresses: []string{"172.30.0.1"}}},
+			Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](80)}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostName := clustertree.HostName(attacker.Name, "default", "steal")
+		err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			events, err := evil.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=steal,reason=EndpointsDropped"})
+			return err == nil && len(events.Items) > 0, nil
+		})
+		if err != nil {
+			t.Errorf("no EndpointsDropped event on the tenant Service: %v", err)
+		}
+		hostSvc := &corev1.Service{}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: hostName}, hostSvc); err != nil {
+			t.Fatalf("the host copy of the attacker's own Service: %v", err)
+		}
+		if hostSvc.Spec.ClusterIP != steal.Spec.ClusterIP {
+			t.Errorf("host copy at %s, the tenant Service at %s", hostSvc.Spec.ClusterIP, steal.Spec.ClusterIP)
+		}
+		slices2, err := hostCS.DiscoveryV1().EndpointSlices(nsA).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + hostName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range slices2.Items {
+			for _, e := range s.Endpoints {
+				t.Errorf("the host copy of the attacker's EndpointSlice points at %v", e.Addresses)
+			}
+		}
+		// Nothing of the host's own range was taken.
+		if err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: clustertree.HostName(attacker.Name, "default", "external")}, &corev1.Service{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a host copy of the refused external Service: %v", err)
+		}
+
+		// The victim's Service still reaches its own pod, from its own pod on the shared node.
+		script := fmt.Sprintf("echo | nc -w 5 %s 80", web.Spec.ClusterIP)
+		if logs, ok := runTenantPod(t, ctx, good, "reach-web", sharedNode, script); !ok || !strings.Contains(logs, "hi from "+victimPod.Name) {
+			t.Errorf("the victim's pod reaching its own Service %s: %q (ok %v)", web.Spec.ClusterIP, logs, ok)
+		}
+	})
+
+	t.Run("host pod metadata is the tenant's only under KubeNest's prefix", func(t *testing.T) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "meta", Namespace: "default", Labels: map[string]string{"app": "meta"},
+				Annotations: map[string]string{
+					"k8s.v1.cni.cncf.io/networks":   "host-network",
+					"cni.projectcalico.org/ipAddrs": `["10.244.1.250"]`,
+					"kubenest.io/component":         "etcd",
+				}},
+			Spec: corev1.PodSpec{NodeName: sharedNode, TerminationGracePeriodSeconds: ptr.To[int64](1),
+				Containers: []corev1.Container{{Name: "main", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}}}},
+		}
+		if _, err := evil.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		hostPod := &corev1.Pod{}
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			return host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: clustertree.HostName(attacker.Name, "default", "meta")}, hostPod) == nil &&
+				hostPod.Status.Phase == corev1.PodRunning, nil
+		})
+		if err != nil {
+			t.Fatalf("the pod does not run on the shared node: %v", err)
+		}
+		for k := range hostPod.Annotations {
+			if !strings.HasPrefix(k, "kubenest.io/") {
+				t.Errorf("the host pod carries the tenant's annotation %s", k)
+			}
+		}
+		for k := range hostPod.Labels {
+			if !strings.Contains(k, "kubenest.io/") {
+				t.Errorf("the host pod carries the tenant's label %s as is", k)
+			}
+		}
+		if hostPod.Labels["tenant.kubenest.io/app"] != "meta" || hostPod.Labels[naming.LabelComponent] != "" {
+			t.Errorf("host pod labels %v: want app under tenant.kubenest.io/, and no component label", hostPod.Labels)
+		}
+		_ = evil.CoreV1().Pods("default").Delete(ctx, "meta", metav1.DeleteOptions{})
+	})
+
+	t.Run("a cert-manager issuer the platform does not allow", func(t *testing.T) {
+		minted := newVC(nsA, "minted", v1alpha1.ExposureClusterIP)
+		minted.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "platform-root-issuer", Kind: "ClusterIssuer"}}
+		if err := host.Create(ctx, minted); err != nil {
+			t.Fatal(err)
+		}
+		got := waitVC(t, ctx, minted, time.Minute, func(v *v1alpha1.VirtualCluster) bool {
+			c := meta.FindStatusCondition(v.Status.Conditions, v1alpha1.ConditionCertificatesReady)
+			return c != nil && c.Reason == "IssuerNotAllowed"
+		})
+		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionCertificatesReady)
+		if !strings.Contains(c.Message, "spec.pki.issuerRef") {
+			t.Errorf("CertificatesReady %q does not name the field", c.Message)
+		}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: naming.For(minted.Name).CACertificate()}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			t.Errorf("something was issued for the refused issuer: %v", err)
+		}
+		deleteAndCheckGone(t, ctx, minted)
+	})
+
+	t.Run("a host user of the tenant's namespace cannot grant itself privileged pods", func(t *testing.T) {
+		admin := namespaceEditor(t, ctx, nsA)
+		got := &v1alpha1.VirtualCluster{}
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(attacker), got); err != nil {
+			t.Fatal(err)
+		}
+		got.Spec.Nodes.PodSecurity = v1alpha1.NodePodSecurityPrivileged
+		refused(t, "the namespace's editor setting spec.nodes.podSecurity: Privileged", admin.Update(ctx, got), "grant-privileged")
+		got.Spec.Nodes.PodSecurity = ""
+		got.Spec.ControlPlane.APIServer.ExtraArgs = map[string]string{"kubenest-node-pod-security": "privileged"}
+		refused(t, "the namespace's editor setting the guard's flag through extraArgs", admin.Update(ctx, got), "is set by the operator and cannot be overridden")
+	})
+
+	t.Run("a tenant's control plane is never lent away", func(t *testing.T) {
+		waitPoolNode(t, ctx, func(pn *v1alpha1.PoolNode) bool { return pn.Status.Phase == v1alpha1.PoolNodeInHost })
+		// With the other node cordoned, the new tenant's etcd can only go to the lendable node.
+		cordon(t, ctx, "kn-worker-1", true)
+		defer cordon(t, ctx, "kn-worker-1", false)
+		second := newVC(nsV, "second", v1alpha1.ExposureNodePort)
+		if err := host.Create(ctx, second); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, ctx, second)
+		cordon(t, ctx, "kn-worker-1", false)
+		etcd := &corev1.Pod{}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: nsV, Name: naming.For(second.Name).EtcdStatefulSet() + "-0"}, etcd); err != nil || etcd.Spec.NodeName != lendableNode {
+			t.Fatalf("the second victim's etcd is on %q, not the lendable node: %v", etcd.Spec.NodeName, err)
+		}
+
+		setPromotion(t, ctx, attacker, 1)
+		got := waitVC(t, ctx, attacker, 2*time.Minute, func(v *v1alpha1.VirtualCluster) bool {
+			c := meta.FindStatusCondition(v.Status.Conditions, v1alpha1.ConditionNodesReady)
+			return c != nil && strings.Contains(c.Message, "runs pod "+nsV+"/"+etcd.Name)
+		})
+		t.Logf("NodesReady: %s", meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionNodesReady).Message)
+		// A while later, still not lent, and the etcd pod is the same one.
+		time.Sleep(5 * time.Second)
+		pn := waitPoolNode(t, ctx, func(*v1alpha1.PoolNode) bool { return true })
+		now := &corev1.Pod{}
+		if err := host.Get(ctx, client.ObjectKeyFromObject(etcd), now); err != nil || now.UID != etcd.UID || pn.Spec.Tenant != nil {
+			t.Errorf("the victim's etcd pod: %v (same %v); the node is lent to %+v", err, now.UID == etcd.UID, pn.Spec.Tenant)
+		}
+		setPromotion(t, ctx, attacker, 0)
+		deleteAndCheckGone(t, ctx, second)
+	})
+
+	t.Run("root on a lent node, through the operator's credentials or a pod", func(t *testing.T) {
+		waitPoolNode(t, ctx, func(pn *v1alpha1.PoolNode) bool { return pn.Status.Phase == v1alpha1.PoolNodeInHost })
+		// A listener in the attacker's host namespace, and the tenant's kubeconfig Secret
+		// pointed at it, with a token file and an exec plugin, over and over while the node is
+		// lent: the operator must never dial it or run anything.
+		listener := startListener(t, ctx, nsA)
+		stopTamper := tamperKubeconfig(t, ctx, attacker, listener)
+		setPromotion(t, ctx, attacker, 1)
+		waitNodesReady(t, ctx, attacker)
+		waitTenantNodeReady(t, ctx, evil, lendableNode)
+		stopTamper()
+		if logs := podLogs(t, ctx, nsA, "listener"); strings.Contains(logs, "CONNECTED") {
+			t.Errorf("the operator dialled the address the tenant wrote into its kubeconfig Secret: %q", logs)
+		}
+
+		root := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "default"},
+			Spec: corev1.PodSpec{
+				NodeName: lendableNode, HostPID: true,
+				Containers: []corev1.Container{{Name: "sh", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"ls", "/h/var/lib"},
+					SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+					VolumeMounts:    []corev1.VolumeMount{{Name: "host", MountPath: "/h"}}}},
+				Volumes: []corev1.Volume{{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}},
+			},
+		}
+		// Even in a namespace labelled privileged by the tenant's admin.
+		if _, err := evil.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ops",
+			Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		root.Namespace = "ops"
+		waitTenantServiceAccount(t, ctx, evil, "ops")
+		_, err := evil.CoreV1().Pods("ops").Create(ctx, root, metav1.CreateOptions{})
+		refused(t, "a privileged pod with hostPID and the host's / on the lent node", err,
+			"KubeNestTenantGuard", `Pod Security "baseline"`, "privileged", "hostPath")
+
+		// The legitimate use: a plain pod on the lent node, and the tenant's own kube-proxy.
+		if logs, ok := runTenantPod(t, ctx, evil, "plain", lendableNode, "echo plain ok"); !ok || !strings.Contains(logs, "plain ok") {
+			t.Errorf("a baseline pod on the lent node: %q (ok %v)", logs, ok)
+		}
+		waitKubeProxyPod(t, ctx, evil, lendableNode, time.Time{})
+
+		// The kubelet's API works through nodes/proxy, but the machine's own logs (a host
+		// kubelet lists /var/log there) are not the tenant's to read.
+		if body, err := evil.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", lendableNode, "proxy/healthz").DoRaw(ctx); err != nil || string(body) != "ok" {
+			t.Errorf("the lent kubelet's healthz through nodes/proxy: %q, %v", body, err)
+		}
+		body, err := evil.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", lendableNode, "proxy/logs/").DoRaw(ctx)
+		if err == nil {
+			t.Errorf("the tenant read the lent node's /var/log through nodes/proxy: %.200q", body)
+		}
+
+		setPromotion(t, ctx, attacker, 0)
+		waitPoolNode(t, ctx, func(pn *v1alpha1.PoolNode) bool {
+			return pn.Status.Phase == v1alpha1.PoolNodeInHost && pn.Spec.Tenant == nil
+		})
+	})
+
+	deleteAndCheckGone(t, ctx, attacker)
+	deleteAndCheckGone(t, ctx, victim)
+}
+
+// namespaceEditor is a host client acting as a ServiceAccount of ns with the usual grant of a
+// tenant in its namespace: edit, and VirtualClusters (which edit does not cover).
+func namespaceEditor(t *testing.T, ctx context.Context, ns string) client.Client {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tenant-admin", Namespace: ns}}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "virtualclusters", Namespace: ns}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{"kubenest.io"}, Resources: []string{"virtualclusters"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}}
+	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: ns}}
+	for _, obj := range []client.Object{sa, role,
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tenant-admin-edit", Namespace: ns},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"}, Subjects: subject},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tenant-admin-vcs", Namespace: ns},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}, Subjects: subject},
+	} {
+		if err := host.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := rest.CopyConfig(hostConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + sa.Name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
+	c, err := client.New(cfg, client.Options{Scheme: host.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// startListener runs a pod in ns, behind the Service "listener", that logs CONNECTED for every
+// connection to port 8443, and returns the Service's address.
+func startListener(t *testing.T, ctx context.Context, ns string) string {
+	t.Helper()
+	labels := map[string]string{"app": "listener"}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "listener", Namespace: ns, Labels: labels},
+		// On the node that is never lent: a pod no controller makes again would hold the drain.
+		Spec: corev1.PodSpec{NodeSelector: map[string]string{corev1.LabelHostname: "kn-worker-1"},
+			TerminationGracePeriodSeconds: ptr.To[int64](1), Containers: []corev1.Container{{
+				Name: "nc", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", "echo listening; while true; do nc -l -p 8443 </dev/null >/dev/null && echo CONNECTED; done"}}}},
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "listener", Namespace: ns},
+		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 8443}}}}
+	for _, obj := range []client.Object{pod, svc} {
+		if err := host.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		return strings.Contains(podLogs(t, ctx, ns, "listener"), "listening"), nil
+	})
+	if err != nil {
+		t.Fatalf("the listener does not run: %v", err)
+	}
+	return fmt.Sprintf("https://listener.%s.svc:8443", ns)
+}
+
+// tamperKubeconfig keeps rewriting the in-cluster kubeconfig of vc's kubeconfig Secret (the
+// operator writes it again on its next pass) to point at server with the operator's own token
+// file and an exec plugin, until the returned func is called.
+func tamperKubeconfig(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualCluster, server string) func() {
+	t.Helper()
+	evil := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q, insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token,
+  exec: {apiVersion: client.authentication.k8s.io/v1, command: /usr/local/bin/nest-operator, args: [--version], interactiveMode: Never}}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, server)
+	patch, err := json.Marshal(map[string]any{"data": map[string]any{controlplane.KeyInClusterKubeconfig: []byte(evil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: vc.Namespace, Name: naming.For(vc.Name).KubeconfigSecret()}}
+			_ = host.Patch(ctx, s, client.RawPatch(types.MergePatchType, patch))
+			select {
+			case <-done:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+func podLogs(t *testing.T, ctx context.Context, ns, name string) string {
+	t.Helper()
+	logs, _ := hostCS.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	return string(logs)
+}
+
+func cordon(t *testing.T, ctx context.Context, node string, on bool) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, on)
+	if err := host.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitTenantServiceAccount(t *testing.T, ctx context.Context, tenant kubernetes.Interface, ns string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := tenant.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("no default ServiceAccount in the tenant's namespace %s: %v", ns, err)
+	}
+}

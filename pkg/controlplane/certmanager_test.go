@@ -24,8 +24,9 @@ import (
 )
 
 // intermediate is what a cert-manager CA issuer hands out for the tenant's Certificate: a CA
-// signed by the platform's root, valid from notBefore for validity, with key.
-func intermediate(t *testing.T, root *pki.KeyPair, key crypto.Signer, notBefore time.Time, validity time.Duration) *pki.KeyPair {
+// signed by the platform's root, valid from notBefore for validity, with key, and constrained to
+// the permitted DNS domains when there are any.
+func intermediate(t *testing.T, root *pki.KeyPair, key crypto.Signer, notBefore time.Time, validity time.Duration, permitted ...string) *pki.KeyPair {
 	t.Helper()
 	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
 	tmpl := &x509.Certificate{
@@ -33,6 +34,7 @@ func intermediate(t *testing.T, root *pki.KeyPair, key crypto.Signer, notBefore 
 		NotBefore: notBefore, NotAfter: notBefore.Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true, IsCA: true,
+		PermittedDNSDomainsCritical: len(permitted) > 0, PermittedDNSDomains: permitted,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, root.Cert, key.Public(), root.Key)
 	if err != nil {
@@ -102,28 +104,14 @@ func TestCANameConstraints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: vcName + "-ca"},
-		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(90 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true, IsCA: true,
-		PermittedDNSDomainsCritical: true, PermittedDNSDomains: permitted,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, root.Cert, key.Public(), root.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := intermediate(t, root, key, now.Add(-time.Minute), 90*24*time.Hour, permitted...)
 	a := newAuthorities(t)
-	a.AdoptIssuedCA(&pki.KeyPair{Cert: caCert, Key: key})
+	a.AdoptIssuedCA(ca)
 	leaves, _ := ensure(t, a, specs, nil, now)
 
 	roots, inter := x509.NewCertPool(), x509.NewCertPool()
 	roots.AddCert(root.Cert)
-	inter.AddCert(caCert)
+	inter.AddCert(ca.Cert)
 	verify := func(c *x509.Certificate, name string, usage x509.ExtKeyUsage) error {
 		_, err := c.Verify(x509.VerifyOptions{DNSName: name, Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{usage}})
 		return err

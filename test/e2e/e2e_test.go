@@ -247,12 +247,13 @@ func TestOperatorRestartMidProvisioning(t *testing.T) {
 	deleteAndCheckGone(t, ctx, vc)
 }
 
+// newVC is a tenant with the default storage (a volume claim of the default StorageClass,
+// 'make up' runs a provisioner) exposed as asked.
 func newVC(ns, name string, exposure v1alpha1.ExposureType) *v1alpha1.VirtualCluster {
 	return &v1alpha1.VirtualCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: v1alpha1.VirtualClusterSpec{
 			ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{Type: exposure}},
-			Etcd:         v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
 		},
 	}
 }

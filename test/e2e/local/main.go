@@ -74,7 +74,7 @@ func main() {
 	fs.Var(&lendable, "lendable", "Node labelled kubenest.io/lendable=true, which tenants may borrow. Repeatable; default the last node when there are two or more.")
 	fs.Var(&images, "image", "Image tarball to import into every node. Repeatable.")
 	fs.StringVar(&cfg.kubeProxyImage, "kube-proxy-image", "", "The KubeNest image (one of --image), whose nest-controlplane runs kube-proxy on every node.")
-	fs.StringVar(&cfg.addons, "addons", "test/e2e/local/addons", "Directory of add-on manifests (CoreDNS) applied once the nodes are Ready.")
+	fs.StringVar(&cfg.addons, "addons", "test/e2e/local/addons", "Directory of add-on manifests (CoreDNS, the local-path volume provisioner) applied once the nodes are Ready.")
 	fs.IntVar(&cfg.nodes, "nodes", 2, "Number of worker nodes (1 to 9).")
 	_ = fs.Parse(os.Args[2:])
 	cfg.images = images

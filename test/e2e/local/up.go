@@ -39,7 +39,7 @@ func up(ctx context.Context, c config) error {
 		{"record each node's pod subnet in its Node", func() error { return c.recordPodCIDRs(ctx, nodes) }},
 		// Before anything that uses a Service.
 		{"run kube-proxy on every node (a DaemonSet)", func() error { return c.installKubeProxy(ctx, len(nodes)) }},
-		{"install the add-ons (CoreDNS)", func() error { return c.installAddons(ctx) }},
+		{"install the add-ons (CoreDNS, the local-path volume provisioner)", func() error { return c.installAddons(ctx) }},
 	}
 	if c.certManager != "" {
 		steps = append(steps, struct {
@@ -476,7 +476,10 @@ func (c config) installAddons(ctx context.Context) error {
 	if err := kubectl("apply", "--server-side", "-f", c.addons); err != nil {
 		return err
 	}
-	return kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=3m")
+	if err := kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=3m"); err != nil {
+		return err
+	}
+	return kubectl("-n", "local-path-storage", "rollout", "status", "deployment/local-path-provisioner", "--timeout=3m")
 }
 
 func (c config) client() (*kubernetes.Clientset, error) {

@@ -48,9 +48,11 @@ const (
 // EtcdStatefulSet runs the tenant's etcd members. Members find each other through the peer
 // Service's per-pod DNS names, talk TLS to each other and to clients, and require client
 // certificates signed by the tenant's etcd CA on both ports. certsHash is the ContentHash of
-// the etcd certificates Secret. A change to what this builds replaces every tenant's etcd pod
-// when the operator is upgraded, which empties members on ephemeral storage: prefer changing
-// nest-etcd's defaults.
+// the etcd CA, which etcd does not reload. A change to what this builds (the image, at every
+// operator upgrade) rolls the members of tenants with volume claims, one at a time; an
+// ephemeral member would lose the tenant's data, so its StatefulSet updates OnDelete: the pod
+// keeps what it started with until it is replaced for another reason, and the operator
+// replaces it only for a new etcd CA (EtcdPodsToReplace).
 func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) *appsv1.StatefulSet {
 	names := naming.For(vc.Name)
 	spec := vc.Spec.Etcd
@@ -142,6 +144,7 @@ func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) 
 			// Members start together: with OrderedReady the first would wait for a quorum that
 			// the others, not yet created, would have to form.
 			PodManagementPolicy:  appsv1.ParallelPodManagement,
+			UpdateStrategy:       etcdUpdateStrategy(spec.Storage),
 			Selector:             &metav1.LabelSelector{MatchLabels: labels},
 			VolumeClaimTemplates: claims,
 			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
@@ -154,6 +157,31 @@ func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) 
 			}),
 		},
 	}
+}
+
+// etcdUpdateStrategy rolls members with volume claims, and leaves an ephemeral member alone.
+func etcdUpdateStrategy(storage v1alpha1.EtcdStorage) appsv1.StatefulSetUpdateStrategy {
+	if storage.Ephemeral != nil {
+		return appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
+	}
+	return appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType}
+}
+
+// EtcdPodsToReplace are the running etcd pods of sts, an ephemeral tenant's (OnDelete), that
+// trust another etcd CA than its template: only these must go, and with them their data, since
+// etcd cannot reload its CA.
+func EtcdPodsToReplace(sts *appsv1.StatefulSet, pods []corev1.Pod) []corev1.Pod {
+	if sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
+		return nil
+	}
+	want := sts.Spec.Template.Annotations[naming.AnnotationConfigHash]
+	var out []corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp == nil && p.Annotations[naming.AnnotationConfigHash] != want {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // ControlPlaneDeployment runs the tenant's kube-apiserver, and its kube-controller-manager and

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -842,5 +843,31 @@ func TestControlPlaneDeploymentControllersResources(t *testing.T) {
 	}
 	if _, ok := res.Limits[corev1.ResourceCPU]; ok {
 		t.Errorf("cpu limit %v, want none: neither component has one", res.Limits)
+	}
+}
+
+// An operator upgrade changes the etcd pod template (the image): members with volume claims
+// roll; an ephemeral member stays, and is replaced only for a new etcd CA.
+func TestEtcdUpdates(t *testing.T) {
+	s := controlplane.DefaultSettings()
+	pvc := controlplane.EtcdStatefulSet(newVC(func(vc *v1alpha1.VirtualCluster) { vc.Spec.Etcd.Storage = pvcStorage("1Gi") }), s, "ca-1")
+	if pvc.Spec.UpdateStrategy.Type != appsv1.RollingUpdateStatefulSetStrategyType {
+		t.Errorf("members with volume claims update %s, want RollingUpdate", pvc.Spec.UpdateStrategy.Type)
+	}
+	ephemeral := controlplane.EtcdStatefulSet(newVC(func(vc *v1alpha1.VirtualCluster) {
+		vc.Spec.Etcd.Storage = v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}
+	}), s, "ca-1")
+	if ephemeral.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
+		t.Errorf("an ephemeral member updates %s, want OnDelete", ephemeral.Spec.UpdateStrategy.Type)
+	}
+	pod := func(name, hash string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{naming.AnnotationConfigHash: hash}}}
+	}
+	pods := []corev1.Pod{pod("same-ca", "ca-1"), pod("old-ca", "ca-0")}
+	if got := controlplane.EtcdPodsToReplace(ephemeral, pods); len(got) != 1 || got[0].Name != "old-ca" {
+		t.Errorf("ephemeral: replace %v, want old-ca only", got)
+	}
+	if got := controlplane.EtcdPodsToReplace(pvc, pods); len(got) != 0 {
+		t.Errorf("with volume claims: replace %v, want none (the StatefulSet rolls them)", got)
 	}
 }

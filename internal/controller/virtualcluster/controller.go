@@ -228,6 +228,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	for _, p := range controlplane.EtcdPodsToReplace(etcd, etcdPods) {
+		ctrl.LoggerFrom(ctx).Info("replacing an ephemeral etcd member for its new CA; its data is lost", "pod", p.Name)
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "EtcdReplaced", "Reconcile",
+			"etcd pod %s trusts an old etcd CA and is replaced; its storage is ephemeral, so the tenant's data is lost", p.Name)
+		if err := r.Client.Delete(ctx, &p); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, fmt.Errorf("replacing etcd pod %s: %w", p.Name, err)
+		}
+	}
 	conds.etcd(etcd, podProblem(etcdPods))
 	cpPods, err := r.componentPods(ctx, vc, naming.ComponentControlPlane)
 	if err != nil {

@@ -4,18 +4,22 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/internal/testenv"
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
@@ -27,6 +31,11 @@ const (
 	tenantNS = "app"
 	vcName   = "alpha"
 	nodeName = "kubenest-shared"
+	// serviceCIDR is the tenant's slice of the host's Service range; lentPodCIDR the pod range
+	// of a host node lent to it; webIP the address the host gives its shared-node pod web.
+	serviceCIDR = "10.0.3.0/24"
+	lentPodCIDR = "10.244.7.0/24"
+	webIP       = "10.244.1.9"
 )
 
 // TestSync runs a virtual node between two real API servers, a host and a tenant, and checks
@@ -140,8 +149,51 @@ func TestSync(t *testing.T) {
 		}
 	})
 
+	shop := clustertree.HostName(vcName, tenantNS, "shop")
+	t.Run("Services down, in the tenant's slice only", func(t *testing.T) {
+		for name, ip := range map[string]string{
+			"shop":        "10.0.3.40", // the tenant's
+			"hijack-host": "10.0.0.88", // the host's own range
+			"hijack-peer": "10.0.9.77", // another tenant's slice
+		} {
+			mustCreate(t, func() error {
+				_, err := tc.CoreV1().Services(tenantNS).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name},
+					Spec: corev1.ServiceSpec{ClusterIP: ip, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, metav1.CreateOptions{})
+				return err
+			})
+		}
+		hs := waitHostService(t, ctx, hc, shop)
+		if hs.Spec.ClusterIP != "10.0.3.40" {
+			t.Errorf("host copy of shop at %s, want 10.0.3.40", hs.Spec.ClusterIP)
+		}
+		for name, ip := range map[string]string{"hijack-host": "10.0.0.88", "hijack-peer": "10.0.9.77"} {
+			waitEvent(t, ctx, tc, name, clustertree.ReasonClusterIPOutsideRange, "spec.clusterIPs[0] "+ip+" is outside this tenant's Service range "+serviceCIDR)
+			if _, err := hc.CoreV1().Services(hostNS).Get(ctx, clustertree.HostName(vcName, tenantNS, name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Errorf("a host copy of %s at %s: %v", name, ip, err)
+			}
+		}
+	})
+
+	t.Run("EndpointSlices down, with the tenant's pods' addresses only", func(t *testing.T) {
+		// Written by hand, as a hostile tenant would: web's address (its host pod has none yet),
+		// a pod on its lent node, the host's apiserver Service and control plane, and another
+		// tenant's pod.
+		mustCreate(t, func() error {
+			_, err := tc.DiscoveryV1().EndpointSlices(tenantNS).Create(ctx, &discoveryv1.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Name: "shop-1", Labels: map[string]string{discoveryv1.LabelServiceName: "shop"}},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Endpoints: []discoveryv1.Endpoint{{Addresses: []string{webIP}}, {Addresses: []string{"10.244.7.5"}},
+					{Addresses: []string{"10.96.0.1"}}, {Addresses: []string{"172.30.0.1"}}, {Addresses: []string{"10.244.1.66"}}},
+				Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}},
+			}, metav1.CreateOptions{})
+			return err
+		})
+		waitHostEndpoints(t, ctx, hc, shop, []string{"10.244.7.5"})
+		waitEvent(t, ctx, tc, "shop", clustertree.ReasonEndpointsDropped, "not an address of this tenant's pods")
+	})
+
 	t.Run("status up", func(t *testing.T) {
-		playKubelet(t, ctx, hc, hostName, "10.244.1.9")
+		playKubelet(t, ctx, hc, hostName, webIP)
 		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			p, err := tc.CoreV1().Pods(tenantNS).Get(ctx, "web", metav1.GetOptions{})
 			return err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP == "10.244.1.9" &&
@@ -150,6 +202,10 @@ func TestSync(t *testing.T) {
 		if err != nil {
 			t.Fatalf("tenant pod status: %v", err)
 		}
+	})
+
+	t.Run("an endpoint is copied once its host pod has the address", func(t *testing.T) {
+		waitHostEndpoints(t, ctx, hc, shop, []string{webIP, "10.244.7.5"})
 	})
 
 	t.Run("label changes follow, under KubeNest's prefix", func(t *testing.T) {
@@ -168,6 +224,10 @@ func TestSync(t *testing.T) {
 		}
 		if _, ok := hp.Labels["k8s.v1.cni.cncf.io/role"]; ok || hp.Labels["k8s.v1.cni.cncf.io.tenant.kubenest.io/role"] != "x" {
 			t.Errorf("host pod labels %v", hp.Labels)
+		}
+		// The downward-API file of all labels, as the host's kubelet will write it.
+		if got, want := hp.Annotations[clustertree.AnnotationTenantLabels], "app=\"web-v2\"\nk8s.v1.cni.cncf.io/role=\"x\""; got != want {
+			t.Errorf("%s = %q, want %q", clustertree.AnnotationTenantLabels, got, want)
 		}
 	})
 
@@ -321,6 +381,11 @@ func startNode(t *testing.T, host, tenant *testenv.Env) func() {
 			ServingCert: pair, ClientCA: ca.CertPEM(),
 			NodeAddress: "127.0.0.1", ListenAddress: "127.0.0.1:0",
 			APIServerHost: "10.96.7.7", APIServerPort: 6443,
+			// Both test apiservers allocate from 10.0.0.0/16: the tenant's slice is a part of it.
+			ServiceCIDR: serviceCIDR,
+			TenantAddresses: func(context.Context) ([]netip.Prefix, error) {
+				return []netip.Prefix{netip.MustParsePrefix(lentPodCIDR), netip.MustParsePrefix("172.30.0.12/32")}, nil
+			},
 			Capacity: func(context.Context) (corev1.ResourceList, error) {
 				return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"),
 					corev1.ResourcePods: resource.MustParse("110")}, nil
@@ -357,7 +422,11 @@ func webPod() *corev1.Pod {
 				},
 				VolumeMounts: []corev1.VolumeMount{{Name: "creds", MountPath: "/creds"}},
 			}},
-			Volumes: []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}}},
+			Volumes: []corev1.Volume{
+				{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}},
+				{Name: "podinfo", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+					{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}}}}}},
+			},
 		},
 	}
 }
@@ -409,6 +478,67 @@ func waitGone(t *testing.T, ctx context.Context, get func(context.Context) error
 	})
 	if err != nil {
 		t.Fatalf("%s still there: %v", what, err)
+	}
+}
+
+func waitHostService(t *testing.T, ctx context.Context, hc kubernetes.Interface, name string) *corev1.Service {
+	t.Helper()
+	var s *corev1.Service
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var err error
+		s, err = hc.CoreV1().Services(hostNS).Get(ctx, name, metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("host Service %s: %v", name, err)
+	}
+	return s
+}
+
+// waitHostEndpoints waits until the host copies of the EndpointSlices of the host Service
+// service hold exactly the addresses want, in order.
+func waitHostEndpoints(t *testing.T, ctx context.Context, hc kubernetes.Interface, service string, want []string) {
+	t.Helper()
+	var got []string
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		list, err := hc.DiscoveryV1().EndpointSlices(hostNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
+		if err != nil {
+			return false, nil
+		}
+		got = nil
+		for _, s := range list.Items {
+			for _, e := range s.Endpoints {
+				got = append(got, e.Addresses...)
+			}
+		}
+		return slices.Equal(got, want), nil
+	})
+	if err != nil {
+		t.Fatalf("host endpoints of %s are %v, want %v: %v", service, got, want, err)
+	}
+}
+
+// waitEvent waits for an event of the given reason on the tenant object name whose message
+// contains msg.
+func waitEvent(t *testing.T, ctx context.Context, tc kubernetes.Interface, name, reason, msg string) {
+	t.Helper()
+	var seen []string
+	err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		events, err := tc.CoreV1().Events(tenantNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
+		if err != nil {
+			return false, nil
+		}
+		seen = nil
+		for _, e := range events.Items {
+			if strings.Contains(e.Message, msg) {
+				return true, nil
+			}
+			seen = append(seen, e.Message)
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("no %s event on %s saying %q (saw %q): %v", reason, name, msg, seen, err)
 	}
 }
 

@@ -60,13 +60,18 @@ type Config struct {
 	APIServerPort int32
 	// ClusterDNS is the tenant's cluster DNS address, its pods' resolver.
 	ClusterDNS string
-	// ServiceCIDR is the tenant's Service range (status.serviceCIDR): its Services are copied
-	// into the host with their ClusterIPs only when these are in it.
+	// ServiceCIDR is the tenant's Service range, its slice of the host's tenant range, as CIDR
+	// text (status.serviceCIDR, "10.254.3.0/24"): a tenant Service is copied into the host, with
+	// its ClusterIPs, only when they all are in it; the others get a ClusterIPOutsideRange
+	// event. Empty: the caller did not say, and no Service is copied (copies are removed).
 	ServiceCIDR string
 	// TenantAddresses are the addresses of the tenant's pods the host knows beside those of its
-	// shared-node pods: its control-plane pods', and the ranges of the host nodes lent to it
-	// (their pod ranges, their own addresses). With its shared-node pods' addresses, they are
-	// what the endpoints of its Services copied into the host may be. Nil: none.
+	// shared-node pods (which clustertree knows itself): its control-plane pods' (its cluster
+	// DNS answers there), and the ranges of the host nodes lent to it (their spec.podCIDRs,
+	// their own addresses as /32 or /128). With its shared-node pods' addresses, they are what
+	// the endpoint addresses of its EndpointSlices copied into the host may be; the others are
+	// dropped with an EndpointsDropped event. Called on each Service sync, so it should read a
+	// cache; an error fails that sync, which is retried. Nil: none.
 	TenantAddresses func(context.Context) ([]netip.Prefix, error)
 	// Capacity is what the host's shared nodes can give, for the virtual node's status.
 	Capacity func(context.Context) (corev1.ResourceList, error)

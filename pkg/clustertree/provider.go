@@ -148,7 +148,8 @@ func (p *provider) refuse(pod *corev1.Pod, why string) {
 }
 
 // UpdatePod carries the tenant pod's changes (images, deadline, labels, annotations) to the
-// host pod.
+// host pod: its labels and annotations become what Pod makes of the tenant's now, so the
+// downward API's files follow them as on a kubelet.
 func (p *provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	services, err := p.tenantServices.Services(pod.Namespace).List(labels.Everything())
 	if err != nil {
@@ -201,7 +202,8 @@ func (p *provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 }
 
 // GetPod returns the tenant pod as the host runs it: the tenant's spec with the host pod's
-// images, labels, annotations and status, so virtual-kubelet sees what still has to change.
+// images, deadline and status, and its metadata marked when the host pod's is out of date
+// (tenantView), so virtual-kubelet sees what still has to change.
 func (p *provider) GetPod(_ context.Context, namespace, name string) (*corev1.Pod, error) {
 	p.mu.Lock()
 	refused := p.refused[namespace+"/"+name]
@@ -260,15 +262,22 @@ func (p *provider) tenantView(tenant, host *corev1.Pod) *corev1.Pod {
 		}
 	}
 	out.Spec.ActiveDeadlineSeconds = host.Spec.ActiveDeadlineSeconds
-	// The host pod carries the tenant's labels translated and few of its annotations, so they
-	// are not read back: the host pod says which of the tenant's it was made from. While that
-	// is not the tenant pod's present metadata, the view differs from the tenant pod (by an
-	// annotation that names what the host has), so virtual-kubelet calls UpdatePod.
+	// The host pod carries the tenant's labels translated and none of its annotations, so they
+	// are not read back; the host pod says instead (AnnotationTenantMetadata) which labels and
+	// annotations of the tenant's it was made from. virtual-kubelet calls UpdatePod only when
+	// this view differs from the tenant pod, so while the host pod was made from other ones,
+	// the view's annotations are made to differ from the tenant's: that annotation is set to
+	// what the host has, or removed if the tenant's own annotations hold that very value.
 	if digest := host.Annotations[AnnotationTenantMetadata]; digest != MetadataDigest(tenant) {
+		marker := "host:" + digest
 		if out.Annotations == nil {
 			out.Annotations = map[string]string{}
 		}
-		out.Annotations[AnnotationTenantMetadata] = "host:" + digest
+		if v, ok := out.Annotations[AnnotationTenantMetadata]; ok && v == marker {
+			delete(out.Annotations, AnnotationTenantMetadata)
+		} else {
+			out.Annotations[AnnotationTenantMetadata] = marker
+		}
 	}
 	return out
 }

@@ -38,22 +38,28 @@ const managedBy = "clustertree.kubenest.io"
 
 // Service translates a tenant Service into its host copy; nil when it needs none or may have
 // none, refused saying why for the latter. A copy takes the tenant's ClusterIPs in the host, so
-// only addresses of the tenant's own Service range are copied: any other is the host's or
-// another tenant's (the tenant's apiserver refuses them too; this does not rely on it).
+// it is made only when every one is in the tenant's own Service range: any other address is
+// the host's or another tenant's (the tenant's apiserver refuses them too; this does not rely
+// on it). Without a range, nothing is copied (and nothing refused: there is nothing to say to
+// the tenant).
 func (t Translator) Service(tenant *corev1.Service) (copied *corev1.Service, refused string) {
-	if tenant.Spec.Type == corev1.ServiceTypeExternalName || tenant.Spec.ClusterIP == "" ||
+	if !t.ServiceCIDR.IsValid() || tenant.Spec.Type == corev1.ServiceTypeExternalName || tenant.Spec.ClusterIP == "" ||
 		tenant.Spec.ClusterIP == corev1.ClusterIPNone ||
 		(tenant.Namespace == metav1.NamespaceDefault && tenant.Name == "kubernetes") {
 		return nil, ""
 	}
-	ips := tenant.Spec.ClusterIPs
-	if len(ips) == 0 {
-		ips = []string{tenant.Spec.ClusterIP}
+	// The apiserver keeps clusterIP the first of clusterIPs; both are copied, so both are looked at.
+	var fields, ips []string
+	for i, ip := range tenant.Spec.ClusterIPs {
+		fields, ips = append(fields, fmt.Sprintf("spec.clusterIPs[%d]", i)), append(ips, ip)
+	}
+	if !slices.Contains(ips, tenant.Spec.ClusterIP) {
+		fields, ips = append(fields, "spec.clusterIP"), append(ips, tenant.Spec.ClusterIP)
 	}
 	for i, ip := range ips {
-		addr, err := netip.ParseAddr(ip)
-		if !t.ServiceCIDR.IsValid() || err != nil || !t.ServiceCIDR.Contains(addr.Unmap()) {
-			return nil, fmt.Sprintf("spec.clusterIPs[%d] %s is outside this tenant's Service range %s: the Service is not reachable from pods on the shared node or lent nodes", i, ip, t.ServiceCIDR)
+		// Unmap: an IPv4-mapped IPv6 address is the IPv4 address to the host.
+		if addr, err := netip.ParseAddr(ip); err != nil || !t.ServiceCIDR.Contains(addr.Unmap()) {
+			return nil, fmt.Sprintf("%s %s is outside this tenant's Service range %s: the Service is not reachable from pods on the shared node", fields[i], ip, t.ServiceCIDR)
 		}
 	}
 	ports := make([]corev1.ServicePort, 0, len(tenant.Spec.Ports))
@@ -122,13 +128,28 @@ func (a Addresses) Contains(ip netip.Addr) bool {
 		}
 	}
 	for _, pod := range a.HostPods {
-		for _, pip := range pod.Status.PodIPs {
-			if addr, err := netip.ParseAddr(pip.IP); err == nil && addr.Unmap() == ip {
-				return true
-			}
+		if slices.Contains(podAddresses(pod), ip) {
+			return true
 		}
 	}
 	return false
+}
+
+// podAddresses are the addresses a host pod holds as its own: none once it has finished (the
+// network may give them to another pod, another tenant's or the host's), nor on the host's
+// network (they are its node's; clustertree never makes such a pod, but someone with edit in
+// the host namespace might try).
+func podAddresses(pod *corev1.Pod) []netip.Addr {
+	if pod.Spec.HostNetwork || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	var out []netip.Addr
+	for _, pip := range pod.Status.PodIPs {
+		if addr, err := netip.ParseAddr(pip.IP); err == nil {
+			out = append(out, addr.Unmap())
+		}
+	}
+	return out
 }
 
 // Reasons of the tenant Service events of the mirror.
@@ -182,6 +203,10 @@ func runServiceMirror(ctx context.Context, c mirrorConfig) error {
 	}
 	defer m.queue.ShutDown()
 	tr, host, workers := c.tr, c.host, c.workers
+	if !tr.ServiceCIDR.IsValid() {
+		// Said once: the tenant's Services would each say nothing else.
+		m.log.Info("no Service range given for the tenant: its Services are not copied into the host, and copies made before are removed")
+	}
 	enqueue := func(obj any) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
@@ -209,11 +234,17 @@ func runServiceMirror(ctx context.Context, c mirrorConfig) error {
 		}
 	}
 	// A shared-node pod's address may reach a tenant EndpointSlice before this cache has its
-	// host pod: when a host pod gets or changes its address, its namespace's Services are
-	// looked at again.
+	// host pod: when a host pod's addresses change (it gets one, finishes, goes), its
+	// namespace's Services are looked at again.
 	if _, err := c.hostPods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { m.hostPodAddressed(nil, obj) },
 		UpdateFunc: func(old, obj any) { m.hostPodAddressed(old, obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			m.hostPodAddressed(obj, nil)
+		},
 	}); err != nil {
 		return err
 	}
@@ -258,15 +289,22 @@ func (m *serviceMirror) next(ctx context.Context) bool {
 	return true
 }
 
-// hostPodAddressed looks again at the Services of a host pod's tenant namespace when the pod
-// gets or changes its address.
+// hostPodAddressed looks again at the Services of a host pod's tenant namespace when the
+// addresses it holds change between old and obj (either nil, or not a pod: none).
 func (m *serviceMirror) hostPodAddressed(old, obj any) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Status.PodIP == "" {
+	addrs := func(o any) ([]netip.Addr, *corev1.Pod) {
+		if pod, ok := o.(*corev1.Pod); ok {
+			return podAddresses(pod), pod
+		}
+		return nil, nil
+	}
+	before, oldPod := addrs(old)
+	after, pod := addrs(obj)
+	if slices.Equal(before, after) {
 		return
 	}
-	if before, ok := old.(*corev1.Pod); ok && before.Status.PodIP == pod.Status.PodIP {
-		return
+	if pod == nil {
+		pod = oldPod
 	}
 	services, err := m.services.Services(pod.Annotations[AnnotationTenantNamespace]).List(labels.Everything())
 	if err != nil {
@@ -290,7 +328,7 @@ func (m *serviceMirror) sync(ctx context.Context, key cache.ObjectName) (bool, e
 	if tenant != nil {
 		var refused string
 		if want, refused = m.tr.Service(tenant); refused != "" {
-			m.recorder.Event(tenant, corev1.EventTypeWarning, ReasonClusterIPOutsideRange, "not copied into the host: "+refused)
+			m.recorder.Event(tenant, corev1.EventTypeWarning, ReasonClusterIPOutsideRange, refused)
 		}
 	}
 	current, err := services.Get(ctx, hostName, metav1.GetOptions{})

@@ -72,17 +72,54 @@ func TestServiceCopy(t *testing.T) {
 		}
 	}
 
-	// Addresses of the host's Service range or of another tenant's slice would take them in the
-	// host: not copied, saying why.
-	for _, ips := range [][]string{{"10.96.0.88"}, {"10.254.9.77"}, {"10.254.0.42", "fd00::42"}, {"not-an-ip"}} {
-		s := svc(func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = ips[0], ips })
-		host, refused := tr.Service(s)
-		if host != nil || !strings.Contains(refused, "outside this tenant's Service range 10.254.0.0/24") {
-			t.Errorf("ClusterIPs %v: copied %v, refused %q; want refused, naming the range", ips, host != nil, refused)
-		}
+	if host, refused := (Translator{VirtualCluster: trVC, HostNamespace: trHostNS}).Service(svc(nil)); host != nil || refused != "" {
+		t.Errorf("no Service range known: copied %v, refused %q; want none copied, and nothing said to the tenant", host != nil, refused)
 	}
-	if host, refused := (Translator{VirtualCluster: trVC, HostNamespace: trHostNS}).Service(svc(nil)); host != nil || refused == "" {
-		t.Errorf("no Service range known: copied %v; want none copied", host != nil)
+}
+
+// TestServiceRange: a Service is copied only with ClusterIPs of the tenant's own slice; the
+// host's range or another tenant's slice would take their addresses in the host.
+func TestServiceRange(t *testing.T) {
+	tr := testTranslator()
+	tr.ServiceCIDR = netip.MustParsePrefix("10.254.3.0/24")
+	tests := []struct {
+		name       string
+		clusterIP  string
+		clusterIPs []string
+		refused    string // "": copied
+	}{
+		{name: "in the slice", clusterIP: "10.254.3.40", clusterIPs: []string{"10.254.3.40"}},
+		{name: "first and last of the slice", clusterIP: "10.254.3.0", clusterIPs: []string{"10.254.3.0"}},
+		{name: "clusterIP only", clusterIP: "10.254.3.255"},
+		{name: "the host's range", clusterIP: "10.96.0.88", clusterIPs: []string{"10.96.0.88"},
+			refused: "spec.clusterIPs[0] 10.96.0.88 is outside this tenant's Service range 10.254.3.0/24: the Service is not reachable from pods on the shared node"},
+		{name: "another tenant's slice", clusterIP: "10.254.9.77", clusterIPs: []string{"10.254.9.77"},
+			refused: "spec.clusterIPs[0] 10.254.9.77 is outside"},
+		{name: "the slice's neighbour", clusterIP: "10.254.4.0", clusterIPs: []string{"10.254.4.0"}, refused: "spec.clusterIPs[0] 10.254.4.0 is outside"},
+		{name: "a second family outside", clusterIP: "10.254.3.40", clusterIPs: []string{"10.254.3.40", "fd00::42"},
+			refused: "spec.clusterIPs[1] fd00::42 is outside"},
+		{name: "clusterIP apart from clusterIPs", clusterIP: "10.96.0.88", clusterIPs: []string{"10.254.3.40"},
+			refused: "spec.clusterIP 10.96.0.88 is outside"},
+		{name: "clusterIP only, outside", clusterIP: "10.96.0.88", refused: "spec.clusterIP 10.96.0.88 is outside"},
+		{name: "IPv4-mapped host address", clusterIP: "::ffff:10.96.0.88", clusterIPs: []string{"::ffff:10.96.0.88"}, refused: "spec.clusterIPs[0] ::ffff:10.96.0.88 is outside"},
+		{name: "leading zeros", clusterIP: "010.254.003.040", clusterIPs: []string{"010.254.003.040"}, refused: "is outside"},
+		{name: "not an address", clusterIP: "not-an-ip", clusterIPs: []string{"not-an-ip"}, refused: "spec.clusterIPs[0] not-an-ip is outside"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: trNS},
+				Spec: corev1.ServiceSpec{ClusterIP: tt.clusterIP, ClusterIPs: tt.clusterIPs, Ports: []corev1.ServicePort{{Port: 80}}}}
+			host, refused := tr.Service(s)
+			if tt.refused == "" {
+				if host == nil || refused != "" || host.Spec.ClusterIP != tt.clusterIP || !slices.Equal(host.Spec.ClusterIPs, tt.clusterIPs) {
+					t.Errorf("copied %+v, refused %q; want a copy at %s", host, refused, tt.clusterIP)
+				}
+				return
+			}
+			if host != nil || !strings.Contains(refused, tt.refused) || !strings.Contains(refused, "10.254.3.0/24") {
+				t.Errorf("copied %v, refused %q; want refused with %q, naming the range", host != nil, refused, tt.refused)
+			}
+		})
 	}
 }
 
@@ -144,5 +181,59 @@ func TestEndpointSliceCopy(t *testing.T) {
 	fqdn.AddressType = discoveryv1.AddressTypeFQDN
 	if host, _ := testTranslator().EndpointSlice(fqdn, hn("web"), all); host != nil {
 		t.Errorf("an FQDN slice is copied: %+v", host)
+	}
+}
+
+// TestAddresses: the endpoint addresses a tenant may have in the host are its pods' only.
+func TestAddresses(t *testing.T) {
+	pod := func(phase corev1.PodPhase, hostNetwork bool, ips ...string) *corev1.Pod {
+		p := &corev1.Pod{Spec: corev1.PodSpec{HostNetwork: hostNetwork}, Status: corev1.PodStatus{Phase: phase}}
+		for _, ip := range ips {
+			p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+		}
+		if len(ips) > 0 {
+			p.Status.PodIP = ips[0]
+		}
+		return p
+	}
+	ours := Addresses{
+		HostPods: []*corev1.Pod{
+			pod(corev1.PodRunning, false, "10.244.1.7", "fd00:244:1::7"),
+			pod(corev1.PodPending, false),
+			pod(corev1.PodSucceeded, false, "10.244.1.8"),       // done: its address may be another pod's now
+			pod(corev1.PodFailed, false, "10.244.1.9"),          // likewise
+			pod(corev1.PodRunning, true, "172.30.0.11"),         // on the host's network: its node's address
+			pod(corev1.PodPending, false, "10.244.1.10"),        // an address, not running yet
+			pod(corev1.PodRunning, false, "::ffff:10.244.1.11"), // written mapped
+		},
+		Lent: []netip.Prefix{netip.MustParsePrefix("10.244.7.0/24"), netip.MustParsePrefix("172.30.0.12/32"), netip.MustParsePrefix("10.0.5.3/32")},
+	}
+	tests := []struct {
+		ip   string
+		want bool
+	}{
+		{"10.244.1.7", true},    // its pod on the shared node
+		{"fd00:244:1::7", true}, // and that pod's second family
+		{"10.244.1.10", true},
+		{"10.244.1.11", true},
+		{"10.244.7.33", true},  // its pod on a lent node
+		{"172.30.0.12", true},  // a lent node's own address
+		{"10.0.5.3", true},     // its control-plane pod
+		{"10.96.0.1", false},   // the host's apiserver Service
+		{"172.30.0.1", false},  // the host's control plane
+		{"10.244.1.66", false}, // another tenant's pod on the same host node
+		{"10.244.1.8", false},
+		{"10.244.1.9", false},
+		{"172.30.0.11", false},
+		{"10.244.8.1", false},
+		{"0.0.0.0", false},
+	}
+	for _, tt := range tests {
+		if got := ours.Contains(netip.MustParseAddr(tt.ip)); got != tt.want {
+			t.Errorf("Contains(%s) = %v, want %v", tt.ip, got, tt.want)
+		}
+	}
+	if (Addresses{}).Contains(netip.MustParseAddr("10.244.1.7")) {
+		t.Errorf("no pods and nothing lent: an address is the tenant's")
 	}
 }

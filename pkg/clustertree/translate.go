@@ -51,20 +51,54 @@ const (
 const tenantKeyDomain = "tenant.kubenest.io"
 
 // HostKey is the host pod's key for a tenant pod's label or annotation key k: name as
-// tenant.kubenest.io/name, prefix/name as prefix.tenant.kubenest.io/name. Distinct tenant keys
-// get distinct host keys (the prefix is kept whole, and no prefix ends in tenant.kubenest.io
-// but ours), none of them a key that the host's components (a CNI, a mesh, an autoscaler, or
-// KubeNest itself) act on. A key too long to carry so is carried by a digest of it.
-func HostKey(k string) string {
-	key := tenantKeyDomain + "/" + k
-	if prefix, name, ok := strings.Cut(k, "/"); ok {
+// tenant.kubenest.io/name, prefix/name as prefix.tenant.kubenest.io/name; ok is false when that
+// is not a valid key (a prefix longer than 234 characters), and then k is not carried so. No
+// host key is one that the host's components (a CNI, a mesh, an autoscaler, or KubeNest
+// itself) act on. Distinct tenant keys get distinct host keys: the host key's prefix is
+// tenant.kubenest.io exactly for a key without prefix and ends in .tenant.kubenest.io
+// otherwise, and stripping that suffix gives back the tenant's prefix whole.
+func HostKey(k string) (key string, ok bool) {
+	key = tenantKeyDomain + "/" + k
+	if prefix, name, found := strings.Cut(k, "/"); found {
 		key = prefix + "." + tenantKeyDomain + "/" + name
 	}
-	if len(validation.IsQualifiedName(key)) == 0 {
+	return key, len(validation.IsQualifiedName(key)) == 0
+}
+
+// isKubeNestKey says whether k is under kubenest.io. A tenant's own such labels are not
+// carried on its host pod: KubeNest's keys are KubeNest's, in the host as in the tenant.
+func isKubeNestKey(k string) bool {
+	prefix, _, ok := strings.Cut(k, "/")
+	return ok && (prefix == "kubenest.io" || strings.HasSuffix(prefix, ".kubenest.io"))
+}
+
+// hostLabelKey is the host pod's label for the tenant pod's label k, if it has one.
+func hostLabelKey(k string) (string, bool) {
+	if isKubeNestKey(k) {
+		return "", false
+	}
+	return HostKey(k)
+}
+
+// annotationCopyKey is the host pod's annotation that carries the tenant pod's annotation k for
+// its downward API: HostKey(k), or, for the rare key HostKey cannot carry, a key named after a
+// digest of k.
+func annotationCopyKey(k string) string {
+	if key, ok := HostKey(k); ok {
 		return key
 	}
+	return digestKey("annotation", k)
+}
+
+// labelCopyKey is the host pod's annotation that carries the value of the tenant pod's label
+// k, read by its downward API, when k is not one of the host pod's labels (hostLabelKey). It
+// is apart from annotationCopyKey's keys, so a label and an annotation of the same key do not
+// meet, and from KubeNest's other annotations (a 128-bit digest ends it).
+func labelCopyKey(k string) string { return digestKey("label", k) }
+
+func digestKey(kind, k string) string {
 	sum := sha256.Sum256([]byte(k))
-	return tenantKeyDomain + "/k-" + hex.EncodeToString(sum[:8])
+	return "kubenest.io/tenant-" + kind + "-" + hex.EncodeToString(sum[:16])
 }
 
 // MetadataDigest is AnnotationTenantMetadata for a tenant pod.
@@ -282,11 +316,14 @@ func HostSelector(vc string) map[string]string {
 	return map[string]string{naming.LabelVirtualCluster: vc, LabelOrigin: OriginClusterTree}
 }
 
-// hostLabels are a host object's labels: the tenant's, each under HostKey, and HostSelector's.
+// hostLabels are a host object's labels: the tenant's that may be carried, each under its
+// hostLabelKey, and HostSelector's. No other key reaches the host.
 func (t Translator) hostLabels(tenant map[string]string) map[string]string {
 	l := make(map[string]string, len(tenant)+2)
 	for k, v := range tenant {
-		l[HostKey(k)] = v
+		if key, ok := hostLabelKey(k); ok {
+			l[key] = v
+		}
 	}
 	maps.Copy(l, HostSelector(t.VirtualCluster))
 	return l
@@ -294,7 +331,8 @@ func (t Translator) hostLabels(tenant map[string]string) map[string]string {
 
 // annotations are the host pod's annotations: which tenant pod it runs, and what of the tenant
 // pod's labels and annotations its downward API reads (fieldPath noted which); no other tenant
-// annotation.
+// annotation. Whole maps are written as the kubelet writes a downward-API file of them, so the
+// host pod's file reads the same as the tenant's would.
 func (r *refSet) annotations(tenant *corev1.Pod) map[string]string {
 	ann := map[string]string{
 		AnnotationTenantName:           tenant.Name,
@@ -304,9 +342,15 @@ func (r *refSet) annotations(tenant *corev1.Pod) map[string]string {
 		AnnotationTenantServiceAccount: tenant.Spec.ServiceAccountName,
 		AnnotationTenantMetadata:       MetadataDigest(tenant),
 	}
+	// A missing label or annotation reads as empty, on the host as in the tenant.
 	for k := range r.annotationKeys {
 		if v, ok := tenant.Annotations[k]; ok {
-			ann[HostKey(k)] = v
+			ann[annotationCopyKey(k)] = v
+		}
+	}
+	for k := range r.labelKeys {
+		if v, ok := tenant.Labels[k]; ok {
+			ann[labelCopyKey(k)] = v
 		}
 	}
 	if r.allLabels {
@@ -407,13 +451,14 @@ func (r *refSet) fieldPath(p string) string {
 	}
 	switch path, key, ok := fieldpath.SplitMaybeSubscriptedPath(p); {
 	case ok && path == "metadata.labels":
-		return "metadata.labels['" + HostKey(key) + "']"
-	case ok && path == "metadata.annotations":
-		if r.annotationKeys == nil {
-			r.annotationKeys = map[string]bool{}
+		if hostKey, carried := hostLabelKey(key); carried {
+			return "metadata.labels['" + hostKey + "']"
 		}
-		r.annotationKeys[key] = true
-		return annotation(HostKey(key))
+		addKey(&r.labelKeys, key)
+		return annotation(labelCopyKey(key))
+	case ok && path == "metadata.annotations":
+		addKey(&r.annotationKeys, key)
+		return annotation(annotationCopyKey(key))
 	}
 	return p
 }
@@ -518,10 +563,18 @@ func checkAllowed(p *corev1.Pod) error {
 type refSet struct {
 	configMaps, secrets []Ref
 	tokens              []corev1.ServiceAccountTokenProjection
-	// What its downward API reads of the pod's metadata: single annotations, all labels, all
-	// annotations (single labels are on the host pod anyway).
-	annotationKeys            map[string]bool
+	// What its downward API reads of the pod's metadata: single annotations, single labels the
+	// host pod does not carry as labels, all labels, all annotations.
+	annotationKeys, labelKeys map[string]bool
 	allLabels, allAnnotations bool
+}
+
+// addKey adds k to the set *keys.
+func addKey(keys *map[string]bool, k string) {
+	if *keys == nil {
+		*keys = map[string]bool{}
+	}
+	(*keys)[k] = true
 }
 
 func (r *refSet) configMap(n string, optional bool) { r.configMaps = addRef(r.configMaps, n, optional) }

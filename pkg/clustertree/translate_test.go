@@ -273,8 +273,9 @@ func TestPod(t *testing.T) {
 			name: "metadata",
 			pod: func(p *corev1.Pod) {
 				p.Labels = map[string]string{
-					"app": "web", "example.com/keep": "1", "notkubenest.io/keep": "2",
+					"app": "web", "app.kubernetes.io/name": "shop", "example.com/keep": "1", "notkubenest.io/keep": "2",
 					naming.LabelVirtualCluster: "beta", LabelOrigin: "spoofed", "team.kubenest.io/x": "y",
+					longPrefix + "/too-long": "z",
 				}
 				p.Annotations = map[string]string{
 					"note": "hello", AnnotationTenantName: "spoofed", AnnotationTenantUID: "spoofed",
@@ -288,13 +289,12 @@ func TestPod(t *testing.T) {
 				if host.Name != "web-x-app-x-alpha" || host.Namespace != trHostNS {
 					t.Errorf("host pod is %s/%s, want %s/web-x-app-x-alpha", host.Namespace, host.Name, trHostNS)
 				}
-				// The tenant's labels, each under tenant.kubenest.io (its own kubenest.io keys
-				// too, which so cannot pass for KubeNest's), and the host's selector.
+				// The tenant's labels, each under tenant.kubenest.io, but for its own kubenest.io
+				// ones and one whose host key would be too long; and the host's selector.
 				wantLabels := map[string]string{
-					"tenant.kubenest.io/app": "web", "example.com.tenant.kubenest.io/keep": "1", "notkubenest.io.tenant.kubenest.io/keep": "2",
-					"kubenest.io.tenant.kubenest.io/virtualcluster": "beta", "kubenest.io.tenant.kubenest.io/origin": "spoofed",
-					"team.kubenest.io.tenant.kubenest.io/x": "y",
-					naming.LabelVirtualCluster:              trVC, LabelOrigin: OriginClusterTree,
+					"tenant.kubenest.io/app": "web", "app.kubernetes.io.tenant.kubenest.io/name": "shop",
+					"example.com.tenant.kubenest.io/keep": "1", "notkubenest.io.tenant.kubenest.io/keep": "2",
+					naming.LabelVirtualCluster: trVC, LabelOrigin: OriginClusterTree,
 				}
 				if !reflect.DeepEqual(host.Labels, wantLabels) {
 					t.Errorf("labels = %v, want %v", host.Labels, wantLabels)
@@ -761,6 +761,55 @@ func TestPod(t *testing.T) {
 				}
 				if _, ok := host.Annotations["k8s.v1.cni.cncf.io/networks"]; ok {
 					t.Errorf("the CNI annotation reached the host pod: %v", host.Annotations)
+				}
+			},
+		},
+		{
+			name: "downward API of labels and annotations the host pod does not carry as is",
+			pod: func(p *corev1.Pod) {
+				p.Labels = map[string]string{"app": "web", "app.kubernetes.io/name": "shop", "kubenest.io/mine": "label",
+					longPrefix + "/x": "long label", "both": "as label"}
+				p.Annotations = map[string]string{"note": "hello", "kubenest.io/mine": "annotation", longPrefix + "/x": "long annotation",
+					"both": "as annotation", "cni.projectcalico.org/ipAddrs": `["10.244.1.250"]`}
+				var items []corev1.DownwardAPIVolumeFile
+				for i, path := range []string{
+					"metadata.labels", "metadata.annotations",
+					"metadata.labels['app.kubernetes.io/name']", "metadata.labels['kubenest.io/mine']", "metadata.annotations['kubenest.io/mine']",
+					"metadata.labels['" + longPrefix + "/x']", "metadata.annotations['" + longPrefix + "/x']",
+					"metadata.labels['both']", "metadata.annotations['both']",
+					"metadata.labels['missing']", "metadata.annotations['missing']",
+				} {
+					items = append(items, corev1.DownwardAPIVolumeFile{Path: fmt.Sprint(i), FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}})
+				}
+				p.Spec.Volumes = []corev1.Volume{{Name: "info", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: items}}}}
+			},
+			check: func(t *testing.T, tenant, host *corev1.Pod, _ Refs) {
+				// Each file the host kubelet writes is the one the tenant's would, to the byte.
+				for i, item := range host.Spec.Volumes[0].DownwardAPI.Items {
+					path := tenant.Spec.Volumes[0].DownwardAPI.Items[i].FieldRef.FieldPath
+					tenantValue, ok := resolveField(tenant, path)
+					hostValue, hostOK := resolveField(host, item.FieldRef.FieldPath)
+					if !ok || !hostOK || hostValue != tenantValue {
+						t.Errorf("%s (as %s): the host pod gives %q, the tenant pod %q", path, item.FieldRef.FieldPath, hostValue, tenantValue)
+					}
+				}
+				if v := host.Annotations[AnnotationTenantLabels]; v != fieldpath.FormatMap(tenant.Labels) {
+					t.Errorf("%s = %q, want all the tenant's labels as the kubelet writes them", AnnotationTenantLabels, v)
+				}
+				for k := range host.Annotations {
+					if errs := validation.IsQualifiedName(k); len(errs) > 0 || !strings.Contains(k, "kubenest.io/") {
+						t.Errorf("host pod annotation %q: not one of KubeNest's valid keys %v", k, errs)
+					}
+				}
+				for _, k := range []string{"cni.projectcalico.org/ipAddrs", "kubenest.io/mine"} {
+					if _, ok := host.Annotations[k]; ok {
+						t.Errorf("the tenant's annotation %s reached the host pod as is", k)
+					}
+				}
+				wantLabels := map[string]string{"tenant.kubenest.io/app": "web", "app.kubernetes.io.tenant.kubenest.io/name": "shop",
+					"tenant.kubenest.io/both": "as label", naming.LabelVirtualCluster: trVC, LabelOrigin: OriginClusterTree}
+				if !reflect.DeepEqual(host.Labels, wantLabels) {
+					t.Errorf("host pod labels %v, want %v", host.Labels, wantLabels)
 				}
 			},
 		},
@@ -1293,32 +1342,67 @@ func TestTenantStatus(t *testing.T) {
 	}
 }
 
+// longPrefix is a valid label prefix too long to carry under tenant.kubenest.io.
+var longPrefix = strings.Repeat("p", 240) + ".example.com"
+
 func TestHostKey(t *testing.T) {
-	long := strings.Repeat("p", 240) + ".example.com/name"
-	tests := []struct{ tenant, want string }{
-		{"app", "tenant.kubenest.io/app"},
-		{"app.kubernetes.io/name", "app.kubernetes.io.tenant.kubenest.io/name"},
-		{"k8s.v1.cni.cncf.io/networks", "k8s.v1.cni.cncf.io.tenant.kubenest.io/networks"},
-		// A tenant's own kubenest.io keys are carried like any other: never one of KubeNest's.
-		{"kubenest.io/component", "kubenest.io.tenant.kubenest.io/component"},
-		{long, ""},
+	tests := []struct {
+		tenant    string
+		want      string // "": not carried
+		wantLabel bool   // carried as a host label
+	}{
+		{"app", "tenant.kubenest.io/app", true},
+		{"app.kubernetes.io/name", "app.kubernetes.io.tenant.kubenest.io/name", true},
+		{"k8s.v1.cni.cncf.io/networks", "k8s.v1.cni.cncf.io.tenant.kubenest.io/networks", true},
+		{"cni.projectcalico.org/ipAddrs", "cni.projectcalico.org.tenant.kubenest.io/ipAddrs", true},
+		// Keys that read like host keys: carried under their own, distinct ones.
+		{"tenant.kubenest.io/app", "tenant.kubenest.io.tenant.kubenest.io/app", false},
+		{"a.tenant.kubenest.io/b", "a.tenant.kubenest.io.tenant.kubenest.io/b", false},
+		{"a/b", "a.tenant.kubenest.io/b", true},
+		{"k-0123456789abcdef", "tenant.kubenest.io/k-0123456789abcdef", true},
+		// A tenant's own kubenest.io labels are not carried on the host pod.
+		{"kubenest.io/component", "kubenest.io.tenant.kubenest.io/component", false},
+		{"team.kubenest.io/x", "team.kubenest.io.tenant.kubenest.io/x", false},
+		{"notkubenest.io/x", "notkubenest.io.tenant.kubenest.io/x", true},
+		{longPrefix + "/name", "", false},
+		{strings.Repeat("p", 234) + "/name", strings.Repeat("p", 234) + ".tenant.kubenest.io/name", true},
+		{strings.Repeat("p", 235) + "/name", "", false},
 	}
 	seen := map[string]string{}
 	for _, tt := range tests {
-		got := HostKey(tt.tenant)
-		if tt.want != "" && got != tt.want {
-			t.Errorf("HostKey(%q) = %q, want %q", tt.tenant, got, tt.want)
+		got, ok := HostKey(tt.tenant)
+		if ok != (tt.want != "") || (ok && got != tt.want) {
+			t.Errorf("HostKey(%q) = %q, %v; want %q", tt.tenant, got, ok, tt.want)
+		}
+		if _, label := hostLabelKey(tt.tenant); label != tt.wantLabel {
+			t.Errorf("hostLabelKey(%q) carried %v, want %v", tt.tenant, label, tt.wantLabel)
+		}
+		if !ok {
+			continue
 		}
 		if errs := validation.IsQualifiedName(got); len(errs) > 0 {
 			t.Errorf("HostKey(%q) = %q is not a valid key: %v", tt.tenant, got, errs)
 		}
-		if !strings.Contains(got, "tenant.kubenest.io/") {
-			t.Errorf("HostKey(%q) = %q is not under tenant.kubenest.io", tt.tenant, got)
-		}
-		if other, ok := seen[got]; ok {
+		if other, dup := seen[got]; dup {
 			t.Errorf("HostKey(%q) = HostKey(%q) = %q", tt.tenant, other, got)
 		}
 		seen[got] = tt.tenant
+	}
+	// The annotations that carry what the host pod cannot carry as is: valid, KubeNest's, and
+	// apart from each other and from the carried keys.
+	for _, k := range []string{"app", "kubenest.io/component", longPrefix + "/name"} {
+		for _, key := range []string{labelCopyKey(k), annotationCopyKey(k)} {
+			if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+				t.Errorf("%q: copy key %q is not a valid key: %v", k, key, errs)
+			}
+			if other, dup := seen[key]; dup && key != annotationCopyKey(other) {
+				t.Errorf("%q and %q share the key %q", k, other, key)
+			}
+			seen[key] = k
+		}
+		if labelCopyKey(k) == annotationCopyKey(k) || !strings.HasPrefix(labelCopyKey(k), "kubenest.io/tenant-label-") {
+			t.Errorf("%q: a label's copy %q is not apart from an annotation's %q", k, labelCopyKey(k), annotationCopyKey(k))
+		}
 	}
 }
 
@@ -1385,6 +1469,33 @@ func TestTenantView(t *testing.T) {
 		}
 		if !reflect.DeepEqual(tenant, before) || !reflect.DeepEqual(host, hostBefore) {
 			t.Errorf("tenantView changed its arguments")
+		}
+	})
+
+	t.Run("out of date, whatever the tenant's annotations say", func(t *testing.T) {
+		old := host.DeepCopy()
+		for name, annotations := range map[string]map[string]string{
+			"none": nil, "others": {"note": "hello"},
+			// A tenant writing the mark itself does not make the view equal.
+			"the mark": {AnnotationTenantMetadata: "host:" + old.Annotations[AnnotationTenantMetadata]},
+		} {
+			tenant := tenant.DeepCopy()
+			tenant.Labels["app"] = "web-v2"
+			tenant.Annotations = annotations
+			got := (&provider{}).tenantView(tenant, old)
+			if reflect.DeepEqual(got.Annotations, tenant.Annotations) {
+				t.Errorf("%s: the view of a host pod made from other metadata has the tenant's annotations %v", name, got.Annotations)
+			}
+			if !reflect.DeepEqual(got.Labels, tenant.Labels) {
+				t.Errorf("%s: labels = %v, want the tenant's", name, got.Labels)
+			}
+			now, _, err := testTranslator().Pod(tenant, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := (&provider{}).tenantView(tenant, now); !reflect.DeepEqual(got.Annotations, tenant.Annotations) {
+				t.Errorf("%s: once the host pod is made again, annotations = %v, want the tenant's %v", name, got.Annotations, tenant.Annotations)
+			}
 		}
 	})
 }

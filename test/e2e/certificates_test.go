@@ -74,6 +74,16 @@ func TestCertificateRotation(t *testing.T) {
 				down = time.Time{}
 			}
 		}
+		// The watch may end inside an outage (a roll): it is given the time any other gets.
+		for !down.IsZero() && time.Since(down) < 30*time.Second {
+			time.Sleep(2 * time.Second)
+			if kubectlWith(kubeconfigData(t, ctx, vc), "get", "namespace", "kube-system", "-o", "name") == nil {
+				outage = time.Since(down)
+				longest = max(longest, outage)
+				t.Logf("kubectl works again after %s", outage.Round(time.Second))
+				down = time.Time{}
+			}
+		}
 		t.Logf("%s watched: %d admin certificates, kubectl %d/%d ok, longest outage %s",
 			rotationWatch, len(admins), tries-failures, tries, longest.Round(time.Second))
 		if want := int(rotationWatch/(80*time.Second)) - 1; len(admins) < want {

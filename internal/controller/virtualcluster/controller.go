@@ -208,6 +208,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	// through the mounted Secret without a restart (which would lose an ephemeral member's
 	// data); only a new etcd CA rolls it.
 	etcd := controlplane.EtcdStatefulSet(vc, settings, controlplane.ContentHash(etcdTrust(pki.etcdSecret)))
+	if err := r.etcdUpdateStrategy(ctx, etcd); err != nil {
+		conds.applyFailed(v1alpha1.ConditionEtcdReady, "etcd StatefulSet")
+		return reconcile.Result{}, err
+	}
 	if err := ssa.Apply(ctx, r.Client, etcd, FieldOwner); err != nil {
 		conds.applyFailed(v1alpha1.ConditionEtcdReady, "etcd StatefulSet")
 		return reconcile.Result{}, err
@@ -300,6 +304,28 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		result.RequeueAfter = min(healthCheckInterval, max(time.Second, pki.leaves.EarliestRenewal().Sub(conds.Now)))
 	}
 	return result, nil
+}
+
+// etcdUpdateStrategy moves an existing etcd StatefulSet to the update strategy of want before
+// want is applied, when that is OnDelete: the API server defaulted rollingUpdate under the old
+// RollingUpdate, which no manager owns and an apply cannot remove, and which OnDelete forbids.
+// Only the strategy changes here, so nothing rolls.
+func (r *Reconciler) etcdUpdateStrategy(ctx context.Context, want *appsv1.StatefulSet) error {
+	current := &appsv1.StatefulSet{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: want.Namespace, Name: want.Name}, current)
+	if apierrors.IsNotFound(err) || (err == nil && (want.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType ||
+		current.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType)) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading StatefulSet %s: %w", want.Name, err)
+	}
+	patch := []byte(`{"spec":{"updateStrategy":{"type":"OnDelete","rollingUpdate":null}}}`)
+	if err := r.Client.Patch(ctx, current, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("updating StatefulSet %s OnDelete: %w", want.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("etcd's StatefulSet updates OnDelete now: its ephemeral member is not restarted by upgrades", "statefulSet", want.Name)
+	return nil
 }
 
 // reconcileDisruptionBudgets keeps a PodDisruptionBudget for a 3-member etcd and for a control

@@ -80,7 +80,9 @@ func (c conditions) caNotIssued(reason, message string) {
 func (c conditions) etcd(sts *appsv1.StatefulSet, problem string) {
 	want := ptr.Deref(sts.Spec.Replicas, 1)
 	ready := sts.Status.ReadyReplicas
-	if sts.Status.ObservedGeneration >= sts.Generation && ready >= want && sts.Status.UpdatedReplicas >= want {
+	// An ephemeral member (OnDelete) keeps the revision it started with, by design.
+	updated := sts.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType || sts.Status.UpdatedReplicas >= want
+	if sts.Status.ObservedGeneration >= sts.Generation && ready >= want && updated {
 		c.Set(v1alpha1.ConditionEtcdReady, true, ReasonMembersReady, fmt.Sprintf("%d/%d etcd members ready", ready, want))
 		return
 	}

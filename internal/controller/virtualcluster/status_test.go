@@ -303,6 +303,12 @@ func TestConditionsEtcd(t *testing.T) {
 		},
 		{"status of an older generation", sts(ptr.To[int32](1), 3, 2, 1, 1), "", metav1.ConditionFalse, ReasonWaitingForPods, "1/1 etcd members ready"},
 		{"not all updated", sts(ptr.To[int32](3), 1, 1, 3, 2), "", metav1.ConditionFalse, ReasonWaitingForPods, "3/3 etcd members ready"},
+		// An ephemeral member keeps its revision across upgrades, on purpose.
+		{"ephemeral, of an older revision", func() *appsv1.StatefulSet {
+			s := sts(ptr.To[int32](1), 2, 2, 1, 0)
+			s.Spec.UpdateStrategy.Type = appsv1.OnDeleteStatefulSetStrategyType
+			return s
+		}(), "", metav1.ConditionTrue, ReasonMembersReady, "1/1 etcd members ready"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -145,7 +145,7 @@ func TestHostileTenant(t *testing.T) {
 		}
 
 		// The victim's Service still reaches its own pod, from its own pod on the shared node.
-		script := fmt.Sprintf("echo | nc -w 5 %s 80", web.Spec.ClusterIP)
+		script := shellTry + "\ntry " + web.Spec.ClusterIP
 		if logs, ok := runTenantPod(t, ctx, good, "reach-web", sharedNode, script); !ok || !strings.Contains(logs, "hi from "+victimPod.Name) {
 			t.Errorf("the victim's pod reaching its own Service %s: %q (ok %v)", web.Spec.ClusterIP, logs, ok)
 		}

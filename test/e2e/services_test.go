@@ -76,7 +76,7 @@ func TestTenantServices(t *testing.T) {
 	// What a client pod checks: the Service by name and by ClusterIP, and the headless name.
 	// Each web pod answers one connection at a time, so a connection is tried a few times.
 	script := fmt.Sprintf(`set -x
-try() { for i in 1 2 3 4 5; do echo | nc -w 5 "$1" 80 && return 0; sleep 1; done; return 1; }
+`+shellTry+`
 nslookup web.default.svc.cluster.local || exit 1
 try web.default.svc.cluster.local || exit 1
 try web || exit 1
@@ -254,6 +254,10 @@ func createService(t *testing.T, ctx context.Context, tenant kubernetes.Interfac
 
 // runTenantPod runs a busybox pod in the tenant on node, waits for it to finish and returns
 // its log and whether it succeeded.
+// shellTry defines try HOST: a connection to HOST:80, tried a few times, as a new Service's
+// rules and endpoints take a moment to reach a node's kube-proxy.
+const shellTry = `try() { for i in 1 2 3 4 5; do echo | nc -w 5 "$1" 80 && return 0; sleep 1; done; return 1; }`
+
 func runTenantPod(t *testing.T, ctx context.Context, tenant kubernetes.Interface, name, node, script string) (string, bool) {
 	t.Helper()
 	pod := &corev1.Pod{

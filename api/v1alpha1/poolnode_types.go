@@ -14,6 +14,10 @@ const LabelLendable = "kubenest.io/lendable"
 // shared virtual node never has it.
 const LabelLent = "kubenest.io/lent"
 
+// AnnotationCordoned on a host Node says KubeNest cordoned it, to lend it: KubeNest uncordons
+// it when it is back, and nothing of the host should be reached on it meanwhile.
+const AnnotationCordoned = "kubenest.io/cordoned"
+
 // PoolNode is a host node that may be lent to a tenant: which tenant it is lent to, and where
 // its kubelet is now. There is one per lendable node, named after it.
 //

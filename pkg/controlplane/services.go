@@ -111,14 +111,22 @@ func ResolveExposure(vc *v1alpha1.VirtualCluster, svc *corev1.Service, nodeAddre
 	return exp
 }
 
-// PickNodeAddress chooses the host node address a NodePort endpoint uses: the first address,
-// ExternalIP before InternalIP, of the oldest Ready and schedulable node (by name on a tie), so
-// the choice is stable while that node stays.
-func PickNodeAddress(nodes []corev1.Node) string {
+// PickNodeAddress chooses the host node address a NodePort endpoint uses. The current one
+// stays while its node is Ready and not being lent: a cordon for maintenance must not move the
+// endpoint, which every kubeconfig already handed out names and the serving certificate is
+// issued for. Otherwise it is the first address, ExternalIP before InternalIP, of the oldest
+// Ready and schedulable node (by name on a tie).
+func PickNodeAddress(nodes []corev1.Node, current string) string {
 	var best *corev1.Node
 	for i := range nodes {
 		n := &nodes[i]
-		if n.Spec.Unschedulable || !nodeReady(n) || nodeAddress(n) == "" {
+		if !nodeReady(n) || nodeAddress(n) == "" {
+			continue
+		}
+		if current != "" && nodeAddress(n) == current && n.Annotations[v1alpha1.AnnotationCordoned] == "" {
+			return current
+		}
+		if n.Spec.Unschedulable {
 			continue
 		}
 		if best == nil || n.CreationTimestamp.Before(&best.CreationTimestamp) ||

@@ -214,12 +214,52 @@ func TestPickNodeAddress(t *testing.T) {
 	hostname := func(a string) corev1.NodeAddress { return corev1.NodeAddress{Type: corev1.NodeHostName, Address: a} }
 	unschedulable := func(n corev1.Node) corev1.Node { n.Spec.Unschedulable = true; return n }
 
+	lending := func(n corev1.Node) corev1.Node {
+		n.Spec.Unschedulable = true
+		n.Annotations = map[string]string{v1alpha1.AnnotationCordoned: "true"}
+		return n
+	}
+
 	tests := []struct {
-		name  string
-		nodes []corev1.Node
-		want  string
+		name    string
+		nodes   []corev1.Node
+		current string
+		want    string
 	}{
 		{name: "no nodes", want: ""},
+		{
+			name: "the current address stays while its node is cordoned",
+			nodes: []corev1.Node{
+				node("a", t0, corev1.ConditionTrue, internal("10.0.0.1")),
+				unschedulable(node("b", t1, corev1.ConditionTrue, internal("10.0.0.2"))),
+			},
+			current: "10.0.0.2",
+			want:    "10.0.0.2",
+		},
+		{
+			name: "the current address goes with its node being lent",
+			nodes: []corev1.Node{
+				node("a", t1, corev1.ConditionTrue, internal("10.0.0.1")),
+				lending(node("b", t0, corev1.ConditionTrue, internal("10.0.0.2"))),
+			},
+			current: "10.0.0.2",
+			want:    "10.0.0.1",
+		},
+		{
+			name: "the current address goes with its node NotReady",
+			nodes: []corev1.Node{
+				node("a", t1, corev1.ConditionTrue, internal("10.0.0.1")),
+				node("b", t0, corev1.ConditionFalse, internal("10.0.0.2")),
+			},
+			current: "10.0.0.2",
+			want:    "10.0.0.1",
+		},
+		{
+			name:    "an address no node has any more",
+			nodes:   []corev1.Node{node("a", t1, corev1.ConditionTrue, internal("10.0.0.1"))},
+			current: "10.0.0.9",
+			want:    "10.0.0.1",
+		},
 		{name: "one ready node", nodes: []corev1.Node{node("a", t0, corev1.ConditionTrue, internal("10.0.0.1"))}, want: "10.0.0.1"},
 		{
 			name:  "external before internal",
@@ -299,7 +339,7 @@ func TestPickNodeAddress(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := controlplane.PickNodeAddress(tt.nodes); got != tt.want {
+			if got := controlplane.PickNodeAddress(tt.nodes, tt.current); got != tt.want {
 				t.Errorf("PickNodeAddress = %q, want %q", got, tt.want)
 			}
 			// The choice does not depend on the order the nodes are listed in.
@@ -307,7 +347,7 @@ func TestPickNodeAddress(t *testing.T) {
 			for i, n := range tt.nodes {
 				reversed[len(tt.nodes)-1-i] = n
 			}
-			if got := controlplane.PickNodeAddress(reversed); got != tt.want {
+			if got := controlplane.PickNodeAddress(reversed, tt.current); got != tt.want {
 				t.Errorf("PickNodeAddress of the reversed list = %q, want %q", got, tt.want)
 			}
 		})

@@ -410,6 +410,14 @@ func podTemplate(labels map[string]string, certsHash string, spec corev1.PodSpec
 			}}},
 		}},
 	}}
+	// Members of one tenant on different machines where the nodes allow it: losing one node
+	// then costs a HA tenant one etcd member and one apiserver, not its quorum.
+	spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+		MaxSkew:           1,
+		TopologyKey:       corev1.LabelHostname,
+		WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector:     &metav1.LabelSelector{MatchLabels: labels},
+	}}
 	// Tenant components never talk to the host's API: no host token in their pods.
 	spec.AutomountServiceAccountToken = ptr.To(false)
 	spec.EnableServiceLinks = ptr.To(false)

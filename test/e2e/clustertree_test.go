@@ -259,7 +259,7 @@ func hostPodsOf(t *testing.T, ctx context.Context, ns, vc string) []corev1.Pod {
 
 // killOperator deletes the operator's pods at once, as a crash would, and returns the name of
 // the first.
-func killOperator(t *testing.T, ctx context.Context) string {
+func killOperator(t *testing.T, ctx context.Context) corev1.Pod {
 	t.Helper()
 	ops := &corev1.PodList{}
 	if err := host.List(ctx, ops, client.MatchingLabels{"app.kubernetes.io/component": "operator"}); err != nil || len(ops.Items) == 0 {
@@ -270,7 +270,7 @@ func killOperator(t *testing.T, ctx context.Context) string {
 			t.Fatal(err)
 		}
 	}
-	return ops.Items[0].Name
+	return ops.Items[0]
 }
 
 // portForward runs kubectl port-forward to a tenant pod and returns what one connection reads.

@@ -221,7 +221,7 @@ func TestOperatorRestartMidProvisioning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("deleted the operator pod %s while %s was %s", killOperator(t, ctx), vc.Name, phaseOf(ctx, vc))
+	t.Logf("deleted the operator pod %s while %s was %s", killOperator(t, ctx).Name, vc.Name, phaseOf(ctx, vc))
 	waitReady(t, ctx, vc)
 
 	// Nothing twice: one of each object, and one ReplicaSet of the control plane, which a

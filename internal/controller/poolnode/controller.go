@@ -37,9 +37,6 @@ import (
 // FieldOwner is the server-side apply field manager of this controller.
 const FieldOwner = "kubenest-poolnode"
 
-// AnnotationCordoned on a host Node says KubeNest cordoned it, so KubeNest uncordons it.
-const AnnotationCordoned = "kubenest.io/cordoned"
-
 // Named requeue intervals.
 const (
 	// drainRetryInterval: pods are being evicted, or a PodDisruptionBudget holds one.
@@ -385,7 +382,7 @@ func (r *Reconciler) drain(ctx context.Context, node *corev1.Node) (int, string,
 		if node.Annotations == nil {
 			node.Annotations = map[string]string{}
 		}
-		node.Annotations[AnnotationCordoned] = "true"
+		node.Annotations[v1alpha1.AnnotationCordoned] = "true"
 		if err := r.Client.Patch(ctx, node, patch); err != nil {
 			return 0, "", fmt.Errorf("cordoning node: %w", err)
 		}
@@ -437,12 +434,12 @@ func (r *Reconciler) evict(ctx context.Context, pod corev1.Pod) error {
 }
 
 func (r *Reconciler) uncordon(ctx context.Context, node *corev1.Node) error {
-	if node.Annotations[AnnotationCordoned] != "true" {
+	if node.Annotations[v1alpha1.AnnotationCordoned] != "true" {
 		return nil
 	}
 	patch := client.MergeFrom(node.DeepCopy())
 	node.Spec.Unschedulable = false
-	delete(node.Annotations, AnnotationCordoned)
+	delete(node.Annotations, v1alpha1.AnnotationCordoned)
 	if err := r.Client.Patch(ctx, node, patch); err != nil {
 		return fmt.Errorf("uncordoning node: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -368,7 +369,11 @@ func (r *Reconciler) exposure(ctx context.Context, vc *v1alpha1.VirtualCluster, 
 			if err := r.Client.List(ctx, nodes); err != nil {
 				return controlplane.Exposure{}, fmt.Errorf("listing nodes: %w", err)
 			}
-			addr = controlplane.PickNodeAddress(nodes.Items)
+			current := ""
+			if u, err := url.Parse(vc.Status.Endpoint); err == nil {
+				current = u.Hostname()
+			}
+			addr = controlplane.PickNodeAddress(nodes.Items, current)
 		}
 	}
 	return controlplane.ResolveExposure(vc, svc, addr), nil

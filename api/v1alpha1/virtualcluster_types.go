@@ -41,6 +41,7 @@ type VirtualCluster struct {
 // an empty spec asks for a single-replica control plane reached through a ClusterIP Service.
 // +kubebuilder:validation:XValidation:rule="has(self.pki) == has(oldSelf.pki) && (!has(self.pki) || self.pki == oldSelf.pki)",message="pki is immutable: the issuer of the tenant's CA is chosen at creation"
 // +kubebuilder:validation:XValidation:rule="!has(self.nodes) || !has(self.nodes.promotions) || self.nodes.promotions.all(p, p.count == 0) || !has(self.controlPlane.exposure) || self.controlPlane.exposure.type != 'ClusterIP'",fieldPath=".controlPlane.exposure.type",message="nodes.promotions need controlPlane.exposure.type NodePort or LoadBalancer: a lent node leaves the host's Service network with the host's kube-proxy, so its kubelet cannot reach a ClusterIP"
+// +kubebuilder:validation:XValidation:rule="has(self.restore) == has(oldSelf.restore) && (!has(self.restore) || self.restore == oldSelf.restore)",fieldPath=".restore",message="restore is fixed at creation: restoring over a running tenant is not supported (its clients and nodes would see their objects go back in time); create a new VirtualCluster from the snapshot"
 type VirtualClusterSpec struct {
 	// controlPlane configures the tenant's kube-apiserver, kube-controller-manager and
 	// kube-scheduler, which run together in each control-plane pod.
@@ -63,6 +64,15 @@ type VirtualClusterSpec struct {
 	// PKI. Fixed at creation.
 	// +optional
 	PKI *PKISpec `json:"pki,omitempty"`
+
+	// snapshots takes VirtualClusterSnapshots of the tenant on a schedule.
+	// +optional
+	Snapshots *SnapshotSchedule `json:"snapshots,omitempty"`
+
+	// restore starts the tenant from a VirtualClusterSnapshot instead of empty. Fixed at
+	// creation.
+	// +optional
+	Restore *RestoreSpec `json:"restore,omitempty"`
 }
 
 // PKISpec makes a cert-manager issuer the source of the tenant's cluster CA.

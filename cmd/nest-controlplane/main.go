@@ -31,6 +31,8 @@ var subcommands = map[string]subcommand{
 	"controller-manager": {"kube-controller-manager alone, with its flags; waits for the apiserver first", tenantComponent(newControllerManagerCommand)},
 	"scheduler":          {"kube-scheduler alone, with its flags; waits for the apiserver first", tenantComponent(newSchedulerCommand)},
 	"kube-proxy":         {"kube-proxy, with its flags (on the nodes lent to a tenant)", command(newKubeProxyCommand)},
+	"etcd-snapshot":      {"take a consistent snapshot of a tenant's etcd into a file", command(newEtcdSnapshotCommand)},
+	"etcd-restore":       {"restore an etcd snapshot as a member of a new tenant", command(newEtcdRestoreCommand)},
 	"version":            {"print the version", command(newVersionCommand)},
 }
 

@@ -29,6 +29,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/controller/poolnode"
+	"github.com/kubenest-io/kubenest/internal/controller/snapshot"
 	"github.com/kubenest-io/kubenest/internal/controller/virtualcluster"
 	"github.com/kubenest-io/kubenest/internal/tenantclient"
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
@@ -196,6 +197,13 @@ Flags:
 		AllowTestAnnotations: allowTestAnnotations,
 	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: workers}); err != nil {
 		return fmt.Errorf("setting up the VirtualCluster controller: %w", err)
+	}
+	if err := (&snapshot.Reconciler{
+		Client:   mgr.GetClient(),
+		Settings: settings,
+		Recorder: mgr.GetEventRecorder("kubenest-operator"),
+	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: workers}); err != nil {
+		return fmt.Errorf("setting up the VirtualClusterSnapshot controller: %w", err)
 	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

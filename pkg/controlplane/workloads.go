@@ -421,19 +421,23 @@ func podTemplate(labels map[string]string, certsHash string, spec corev1.PodSpec
 	// Tenant components never talk to the host's API: no host token in their pods.
 	spec.AutomountServiceAccountToken = ptr.To(false)
 	spec.EnableServiceLinks = ptr.To(false)
-	spec.SecurityContext = &corev1.PodSecurityContext{
-		RunAsNonRoot:   ptr.To(true),
-		RunAsUser:      ptr.To[int64](nonRootID),
-		RunAsGroup:     ptr.To[int64](nonRootID),
-		FSGroup:        ptr.To[int64](nonRootID),
-		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-	}
+	spec.SecurityContext = podSecurityContext()
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{
 			Labels:      labels,
 			Annotations: map[string]string{naming.AnnotationConfigHash: certsHash},
 		},
 		Spec: spec,
+	}
+}
+
+func podSecurityContext() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To[int64](nonRootID),
+		RunAsGroup:     ptr.To[int64](nonRootID),
+		FSGroup:        ptr.To[int64](nonRootID),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 }
 

@@ -252,12 +252,12 @@ func createService(t *testing.T, ctx context.Context, tenant kubernetes.Interfac
 	return created
 }
 
-// runTenantPod runs a busybox pod in the tenant on node, waits for it to finish and returns
-// its log and whether it succeeded.
 // shellTry defines try HOST: a connection to HOST:80, tried a few times, as a new Service's
 // rules and endpoints take a moment to reach a node's kube-proxy.
 const shellTry = `try() { for i in 1 2 3 4 5; do echo | nc -w 5 "$1" 80 && return 0; sleep 1; done; return 1; }`
 
+// runTenantPod runs a busybox pod in the tenant on node, waits for it to finish and returns
+// its log and whether it succeeded.
 func runTenantPod(t *testing.T, ctx context.Context, tenant kubernetes.Interface, name, node, script string) (string, bool) {
 	t.Helper()
 	pod := &corev1.Pod{

@@ -54,12 +54,22 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.PoolNodeStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Quarantine"):
 		return &apiv1alpha1.QuarantineApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("RestoreSpec"):
+		return &apiv1alpha1.RestoreSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeyReference"):
 		return &apiv1alpha1.SecretKeyReferenceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SnapshotSchedule"):
+		return &apiv1alpha1.SnapshotScheduleApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TenantReference"):
 		return &apiv1alpha1.TenantReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("VirtualCluster"):
 		return &apiv1alpha1.VirtualClusterApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("VirtualClusterSnapshot"):
+		return &apiv1alpha1.VirtualClusterSnapshotApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("VirtualClusterSnapshotSpec"):
+		return &apiv1alpha1.VirtualClusterSnapshotSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("VirtualClusterSnapshotStatus"):
+		return &apiv1alpha1.VirtualClusterSnapshotStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("VirtualClusterSpec"):
 		return &apiv1alpha1.VirtualClusterSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("VirtualClusterStatus"):

@@ -116,6 +116,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 		Watches(&corev1.Secret{}, byVirtualClusterLabel()).
 		Watches(&corev1.Pod{}, byVirtualClusterLabel()).
 		Watches(&v1alpha1.PoolNode{}, r.poolNodeToVirtualClusters()).
+		Watches(&v1alpha1.VirtualClusterSnapshot{}, r.snapshotToRestores()).
 		WithOptions(opts).
 		Named("virtualcluster").
 		Complete(r)
@@ -209,6 +210,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	// through the mounted Secret without a restart (which would lose an ephemeral member's
 	// data); only a new etcd CA rolls it.
 	etcd := controlplane.EtcdStatefulSet(vc, settings, controlplane.ContentHash(etcdTrust(pki.etcdSecret)))
+	if waiting, err := r.restore(ctx, vc, etcd, settings); err != nil || waiting != "" {
+		if waiting != "" {
+			conds.Set(v1alpha1.ConditionEtcdReady, false, ReasonRestoreWaiting, waiting)
+		}
+		return reconcile.Result{}, err
+	}
 	if err := r.etcdUpdateStrategy(ctx, etcd); err != nil {
 		conds.applyFailed(v1alpha1.ConditionEtcdReady, "etcd StatefulSet")
 		return reconcile.Result{}, err

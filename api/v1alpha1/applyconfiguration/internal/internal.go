@@ -285,6 +285,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: tenant
       type:
         namedType: com.github.kubenest-io.kubenest.api.v1alpha1.TenantReference
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.RestoreSpec
+  map:
+    fields:
+    - name: snapshotName
+      type:
+        scalar: string
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.SecretKeyReference
   map:
     fields:
@@ -292,6 +298,18 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
     - name: name
+      type:
+        scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.SnapshotPhase
+  scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.SnapshotSchedule
+  map:
+    fields:
+    - name: keep
+      type:
+        scalar: numeric
+      default: 3
+    - name: schedule
       type:
         scalar: string
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.TenantReference
@@ -329,6 +347,74 @@ var schemaYAML = typed.YAMLObject(`types:
         namedType: com.github.kubenest-io.kubenest.api.v1alpha1.VirtualClusterStatus
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.VirtualClusterPhase
   scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.VirtualClusterSnapshot
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+    - name: spec
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.VirtualClusterSnapshotSpec
+    - name: status
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.VirtualClusterSnapshotStatus
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.VirtualClusterSnapshotSpec
+  map:
+    fields:
+    - name: size
+      type:
+        namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
+    - name: storageClassName
+      type:
+        scalar: string
+    - name: virtualClusterName
+      type:
+        scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.VirtualClusterSnapshotStatus
+  map:
+    fields:
+    - name: completionTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: phase
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.SnapshotPhase
+    - name: revision
+      type:
+        scalar: numeric
+    - name: serviceCIDR
+      type:
+        scalar: string
+    - name: sha256
+      type:
+        scalar: string
+    - name: size
+      type:
+        scalar: string
+    - name: sizeBytes
+      type:
+        scalar: numeric
+    - name: startTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: version
+      type:
+        scalar: string
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.VirtualClusterSpec
   map:
     fields:
@@ -346,6 +432,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: pki
       type:
         namedType: com.github.kubenest-io.kubenest.api.v1alpha1.PKISpec
+    - name: restore
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.RestoreSpec
+    - name: snapshots
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.SnapshotSchedule
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.VirtualClusterStatus
   map:
     fields:

@@ -20,6 +20,11 @@ type VirtualClusterSpecApplyConfiguration struct {
 	// certificate and every client certificate of the tenant. Unset: the operator's built-in
 	// PKI. Fixed at creation.
 	PKI *PKISpecApplyConfiguration `json:"pki,omitempty"`
+	// snapshots takes VirtualClusterSnapshots of the tenant on a schedule.
+	Snapshots *SnapshotScheduleApplyConfiguration `json:"snapshots,omitempty"`
+	// restore starts the tenant from a VirtualClusterSnapshot instead of empty. Fixed at
+	// creation.
+	Restore *RestoreSpecApplyConfiguration `json:"restore,omitempty"`
 }
 
 // VirtualClusterSpecApplyConfiguration constructs a declarative configuration of the VirtualClusterSpec type for use with
@@ -57,5 +62,21 @@ func (b *VirtualClusterSpecApplyConfiguration) WithNodes(value *NodesSpecApplyCo
 // If called multiple times, the PKI field is set to the value of the last call.
 func (b *VirtualClusterSpecApplyConfiguration) WithPKI(value *PKISpecApplyConfiguration) *VirtualClusterSpecApplyConfiguration {
 	b.PKI = value
+	return b
+}
+
+// WithSnapshots sets the Snapshots field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Snapshots field is set to the value of the last call.
+func (b *VirtualClusterSpecApplyConfiguration) WithSnapshots(value *SnapshotScheduleApplyConfiguration) *VirtualClusterSpecApplyConfiguration {
+	b.Snapshots = value
+	return b
+}
+
+// WithRestore sets the Restore field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Restore field is set to the value of the last call.
+func (b *VirtualClusterSpecApplyConfiguration) WithRestore(value *RestoreSpecApplyConfiguration) *VirtualClusterSpecApplyConfiguration {
+	b.Restore = value
 	return b
 }

@@ -1,0 +1,335 @@
+// Package snapshot reconciles VirtualClusterSnapshots: it takes each one once, with a job that
+// streams the tenant's etcd snapshot onto a volume claim of the snapshot's own, and it takes
+// the snapshots of tenants with a schedule (spec.snapshots), keeping the newest few.
+package snapshot
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/condition"
+	"github.com/kubenest-io/kubenest/internal/etcdsnapshot"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
+)
+
+// Reasons of the Complete condition.
+const (
+	ReasonWaiting    = "Waiting"
+	ReasonRunning    = "Running"
+	ReasonTaken      = "Taken"
+	ReasonFailed     = "Failed"
+	ReasonClaimTaken = "ClaimNotOurs"
+)
+
+// Reconciler takes VirtualClusterSnapshots.
+type Reconciler struct {
+	Client   client.Client
+	Settings controlplane.Settings
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+}
+
+// +kubebuilder:rbac:groups=kubenest.io,resources=virtualclustersnapshots,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=kubenest.io,resources=virtualclustersnapshots/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create
+
+// SetupWithManager registers the snapshot controller and the schedule controller.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.VirtualClusterSnapshot{}).
+		Owns(&batchv1.Job{}).
+		Watches(&v1alpha1.VirtualCluster{}, r.virtualClusterToSnapshots()).
+		WithOptions(opts).
+		Named("virtualclustersnapshot").
+		Complete(r); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.VirtualCluster{}).
+		WithOptions(opts).
+		Named("snapshotschedule").
+		Complete(reconcile.Func(r.reconcileSchedule))
+}
+
+// Reconcile takes one snapshot, once.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	snap := &v1alpha1.VirtualClusterSnapshot{}
+	if err := r.Client.Get(ctx, req.NamespacedName, snap); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !snap.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil // its claim and job go with it (owner references)
+	}
+	before := snap.DeepCopy()
+	err := r.take(ctx, snap, condition.Setter{List: &snap.Status.Conditions, Generation: snap.Generation, Now: r.Clock.Now()})
+	if !equalStatus(before, snap) {
+		if perr := r.Client.Status().Patch(ctx, snap, client.MergeFrom(before)); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	return reconcile.Result{}, err
+}
+
+func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnapshot, conds condition.Setter) error {
+	job := &batchv1.Job{}
+	jobKey := types.NamespacedName{Namespace: snap.Namespace, Name: controlplane.SnapshotClaimName(snap.Name)}
+	if done(snap) {
+		// The job's pod is not needed any more once its result is in the status.
+		err := r.Client.Get(ctx, jobKey, job)
+		if err == nil && metav1.IsControlledBy(job, snap) {
+			return client.IgnoreNotFound(r.Client.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+		}
+		return client.IgnoreNotFound(err)
+	}
+	vc := &v1alpha1.VirtualCluster{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: snap.Namespace, Name: snap.Spec.VirtualClusterName}, vc)
+	if apierrors.IsNotFound(err) {
+		r.pending(snap, conds, fmt.Sprintf("spec.virtualClusterName: there is no VirtualCluster %s in namespace %s", snap.Spec.VirtualClusterName, snap.Namespace))
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+
+	// The claim and the job are made once, as the first step; a claim of that name the
+	// operator did not make for this snapshot is never used.
+	claim := &corev1.PersistentVolumeClaim{}
+	err = r.Client.Get(ctx, jobKey, claim)
+	if err == nil && !metav1.IsControlledBy(claim, snap) {
+		r.fail(snap, conds, ReasonClaimTaken, fmt.Sprintf("volume claim %s exists and was not made by the operator for this snapshot", claim.Name))
+		return nil
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	err = r.Client.Get(ctx, jobKey, job)
+	if apierrors.IsNotFound(err) {
+		if !meta.IsStatusConditionTrue(vc.Status.Conditions, v1alpha1.ConditionReady) {
+			r.pending(snap, conds, fmt.Sprintf("VirtualCluster %s is not Ready", vc.Name))
+			return nil
+		}
+		if claim.Name == "" {
+			claim = controlplane.SnapshotClaim(vc, snap)
+			if err := r.create(ctx, snap, claim); err != nil {
+				return err
+			}
+		}
+		job = controlplane.SnapshotJob(vc, snap, r.Settings)
+		if err := r.create(ctx, snap, job); err != nil {
+			return err
+		}
+		now := metav1.NewTime(r.Clock.Now())
+		snap.Status.Phase, snap.Status.StartTime = v1alpha1.SnapshotRunning, &now
+		snap.Status.ServiceCIDR, snap.Status.Version = vc.Status.ServiceCIDR, vc.Status.Version
+		conds.Set(v1alpha1.ConditionSnapshotComplete, false, ReasonRunning, "taking the snapshot of "+vc.Name)
+		ctrl.LoggerFrom(ctx).Info("taking a snapshot", "virtualCluster", vc.Name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case jobCondition(job, batchv1.JobComplete):
+		res, err := r.result(ctx, job)
+		if err != nil {
+			r.fail(snap, conds, ReasonFailed, "the snapshot job finished, but "+err.Error())
+			return nil
+		}
+		now := metav1.NewTime(r.Clock.Now())
+		snap.Status.Phase, snap.Status.CompletionTime = v1alpha1.SnapshotSucceeded, &now
+		snap.Status.SizeBytes, snap.Status.Revision, snap.Status.SHA256 = res.SizeBytes, res.Revision, res.SHA256
+		snap.Status.Size = etcdsnapshot.HumanSize(res.SizeBytes)
+		msg := fmt.Sprintf("%d keys at revision %d, %s", res.Keys, res.Revision, snap.Status.Size)
+		conds.Set(v1alpha1.ConditionSnapshotComplete, true, ReasonTaken, msg)
+		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Taken", "Snapshot", "snapshot of %s taken: %s", vc.Name, msg)
+	case jobCondition(job, batchv1.JobFailed):
+		why := "the snapshot job failed"
+		if out := r.lastMessage(ctx, job); out != "" {
+			why += ": " + out
+		}
+		r.fail(snap, conds, ReasonFailed, why)
+	}
+	return nil
+}
+
+func (r *Reconciler) create(ctx context.Context, snap *v1alpha1.VirtualClusterSnapshot, obj client.Object) error {
+	if err := controllerutil.SetControllerReference(snap, obj, r.Client.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Client.Create(ctx, obj); client.IgnoreAlreadyExists(err) != nil {
+		return fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
+	}
+	return nil
+}
+
+func (r *Reconciler) pending(snap *v1alpha1.VirtualClusterSnapshot, conds condition.Setter, why string) {
+	snap.Status.Phase = v1alpha1.SnapshotPending
+	conds.Set(v1alpha1.ConditionSnapshotComplete, false, ReasonWaiting, why)
+}
+
+func (r *Reconciler) fail(snap *v1alpha1.VirtualClusterSnapshot, conds condition.Setter, reason, why string) {
+	snap.Status.Phase = v1alpha1.SnapshotFailed
+	conds.Set(v1alpha1.ConditionSnapshotComplete, false, reason, why)
+	r.Recorder.Eventf(snap, nil, corev1.EventTypeWarning, "SnapshotFailed", "Snapshot", "%s", why)
+}
+
+func done(snap *v1alpha1.VirtualClusterSnapshot) bool {
+	return snap.Status.Phase == v1alpha1.SnapshotSucceeded || snap.Status.Phase == v1alpha1.SnapshotFailed
+}
+
+func jobCondition(job *batchv1.Job, typ batchv1.JobConditionType) bool {
+	for _, c := range job.Status.Conditions {
+		if c.Type == typ && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// result reads what the job's succeeded pod took, from its termination message. It is
+// checked for shape only: the restore checks the file's digest again.
+func (r *Reconciler) result(ctx context.Context, job *batchv1.Job) (etcdsnapshot.Result, error) {
+	for _, p := range r.jobPods(ctx, job) {
+		for _, st := range p.Status.ContainerStatuses {
+			if t := st.State.Terminated; t != nil && t.ExitCode == 0 {
+				var res etcdsnapshot.Result
+				if err := json.Unmarshal([]byte(t.Message), &res); err != nil {
+					return res, fmt.Errorf("its pod %s did not say what it took: %w", p.Name, err)
+				}
+				if b, err := hex.DecodeString(res.SHA256); err != nil || len(b) != 32 || res.SizeBytes <= 0 || res.Revision <= 0 {
+					return res, fmt.Errorf("its pod %s said it took %q, which is not a snapshot's description", p.Name, t.Message)
+				}
+				return res, nil
+			}
+		}
+	}
+	return etcdsnapshot.Result{}, fmt.Errorf("no pod of job %s finished successfully", job.Name)
+}
+
+// lastMessage is the termination message (or the log's end) of the job's last failed pod.
+func (r *Reconciler) lastMessage(ctx context.Context, job *batchv1.Job) string {
+	msg := ""
+	for _, p := range r.jobPods(ctx, job) {
+		for _, st := range p.Status.ContainerStatuses {
+			if t := st.State.Terminated; t != nil && t.ExitCode != 0 {
+				msg = strings.TrimSpace(t.Message)
+			}
+		}
+	}
+	if len(msg) > 500 {
+		msg = "..." + msg[len(msg)-500:]
+	}
+	return msg
+}
+
+func (r *Reconciler) jobPods(ctx context.Context, job *batchv1.Job) []corev1.Pod {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {
+		return nil
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	return pods.Items
+}
+
+// virtualClusterToSnapshots wakes the pending snapshots of a tenant when it changes (it may
+// be Ready now).
+func (r *Reconciler) virtualClusterToSnapshots() handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
+		snaps := &v1alpha1.VirtualClusterSnapshotList{}
+		if err := r.Client.List(ctx, snaps, client.InNamespace(obj.GetNamespace())); err != nil {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, s := range snaps.Items {
+			if s.Spec.VirtualClusterName == obj.GetName() && !done(&s) {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&s)})
+			}
+		}
+		return out
+	})
+}
+
+func equalStatus(a, b *v1alpha1.VirtualClusterSnapshot) bool {
+	ja, _ := json.Marshal(a.Status)
+	jb, _ := json.Marshal(b.Status)
+	return string(ja) == string(jb)
+}
+
+// reconcileSchedule takes a tenant's scheduled snapshot when it is due and deletes the
+// scheduled snapshots beyond spec.snapshots.keep, oldest first.
+func (r *Reconciler) reconcileSchedule(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	vc := &v1alpha1.VirtualCluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, vc); err != nil || !vc.DeletionTimestamp.IsZero() || vc.Spec.Snapshots == nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	sched, err := cron.ParseStandard(vc.Spec.Snapshots.Schedule)
+	if err != nil {
+		r.Recorder.Eventf(vc, nil, corev1.EventTypeWarning, "InvalidSchedule", "Snapshot", "spec.snapshots.schedule %q: %v", vc.Spec.Snapshots.Schedule, err)
+		return reconcile.Result{}, nil
+	}
+	snaps := &v1alpha1.VirtualClusterSnapshotList{}
+	if err := r.Client.List(ctx, snaps, client.InNamespace(vc.Namespace), client.MatchingLabels{v1alpha1.LabelScheduled: vc.Name}); err != nil {
+		return reconcile.Result{}, err
+	}
+	scheduled := snaps.Items
+	slices.SortFunc(scheduled, func(a, b v1alpha1.VirtualClusterSnapshot) int {
+		return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
+	})
+	last := vc.CreationTimestamp.Time
+	if n := len(scheduled); n > 0 {
+		last = scheduled[n-1].CreationTimestamp.Time
+	}
+	now := r.Clock.Now()
+	next := sched.Next(last)
+	if !now.Before(next) {
+		snap := &v1alpha1.VirtualClusterSnapshot{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:      fmt.Sprintf("%s-%d", vc.Name, now.Unix()),
+				Namespace: vc.Namespace,
+				Labels:    map[string]string{v1alpha1.LabelScheduled: vc.Name},
+			},
+			Spec: v1alpha1.VirtualClusterSnapshotSpec{VirtualClusterName: vc.Name},
+		}
+		if err := r.Client.Create(ctx, snap); client.IgnoreAlreadyExists(err) != nil {
+			return reconcile.Result{}, fmt.Errorf("creating scheduled snapshot %s: %w", snap.Name, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("scheduled snapshot created", "snapshot", snap.Name)
+		scheduled = append(scheduled, *snap)
+		next = sched.Next(now)
+	}
+	for len(scheduled) > int(vc.Spec.Snapshots.Keep) {
+		old := scheduled[0]
+		scheduled = scheduled[1:]
+		if err := r.Client.Delete(ctx, &old); client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, fmt.Errorf("deleting snapshot %s beyond spec.snapshots.keep: %w", old.Name, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("scheduled snapshot deleted: beyond spec.snapshots.keep", "snapshot", old.Name)
+	}
+	return reconcile.Result{RequeueAfter: max(next.Sub(now), time.Second)}, nil
+}

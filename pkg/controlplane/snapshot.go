@@ -1,0 +1,162 @@
+package controlplane
+
+import (
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/naming"
+)
+
+const (
+	// SnapshotDir is where a snapshot's volume is mounted, in the job that takes it and in the
+	// etcd pods that restore it.
+	SnapshotDir = "/var/lib/kubenest-snapshot"
+	// SnapshotFile is the snapshot's file on its volume.
+	SnapshotFile = "etcd.db"
+	// ContainerRestore is the etcd pods' init container that restores a snapshot.
+	ContainerRestore = "restore"
+	// snapshotPKIDir holds the etcd client certificate in a snapshot job.
+	snapshotPKIDir = "/etc/kubenest/pki"
+)
+
+// SnapshotClaimName names the volume claim that holds a snapshot, and the job that takes it.
+func SnapshotClaimName(snapshot string) string { return snapshot + "-snapshot" }
+
+// SnapshotClaim is the volume claim a snapshot is taken onto: by default as large as the
+// tenant's etcd volume, which bounds its database.
+func SnapshotClaim(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSnapshot) *corev1.PersistentVolumeClaim {
+	size := resource.MustParse("1Gi")
+	if pvc := vc.Spec.Etcd.Storage.PersistentVolumeClaim; pvc != nil && !pvc.Size.IsZero() {
+		size = pvc.Size
+	}
+	if snap.Spec.Size != nil {
+		size = *snap.Spec.Size
+	}
+	return &corev1.PersistentVolumeClaim{
+		TypeMeta:   typeMeta("v1", "PersistentVolumeClaim"),
+		ObjectMeta: metav1.ObjectMeta{Name: SnapshotClaimName(snap.Name), Namespace: snap.Namespace, Labels: snapshotLabels(vc)},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: snap.Spec.StorageClassName,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+		},
+	}
+}
+
+func snapshotLabels(vc *v1alpha1.VirtualCluster) map[string]string {
+	return naming.For(vc.Name).Labels("snapshot")
+}
+
+// SnapshotJob takes the snapshot: nest-controlplane etcd-snapshot, from the etcd client
+// Service with the apiserver's etcd client certificate (only that certificate, the etcd CA's
+// certificate and its key are mounted), onto the snapshot's claim. It tries once more when it
+// fails, and gives up after ten minutes.
+func SnapshotJob(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSnapshot, s Settings) *batchv1.Job {
+	names := naming.For(vc.Name)
+	pki := func(f string) string { return snapshotPKIDir + "/" + f }
+	certs := corev1.Volume{Name: "certs", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: names.ControlPlaneCertsSecret(), DefaultMode: ptr.To[int32](0o440),
+		Items: []corev1.KeyToPath{
+			{Key: KeyEtcdCACert, Path: KeyEtcdCACert},
+			{Key: LeafAPIServerEtcdClient.CertFile(), Path: LeafAPIServerEtcdClient.CertFile()},
+			{Key: LeafAPIServerEtcdClient.KeyFile(), Path: LeafAPIServerEtcdClient.KeyFile()},
+		},
+	}}}
+	container := corev1.Container{
+		Name:            "snapshot",
+		Image:           s.Image,
+		ImagePullPolicy: s.ImagePullPolicy,
+		Command: []string{BinaryPath, "etcd-snapshot",
+			fmt.Sprintf("--endpoint=https://%s.%s.svc:%d", names.EtcdClientService(), vc.Namespace, EtcdClientPort),
+			"--cacert=" + pki(KeyEtcdCACert),
+			"--cert=" + pki(LeafAPIServerEtcdClient.CertFile()),
+			"--key=" + pki(LeafAPIServerEtcdClient.KeyFile()),
+			"--out=" + SnapshotDir + "/" + SnapshotFile,
+		},
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi"),
+		}},
+		SecurityContext:          containerSecurityContext(),
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "snapshot", MountPath: SnapshotDir},
+			{Name: "certs", MountPath: snapshotPKIDir, ReadOnly: true},
+		},
+	}
+	labels := snapshotLabels(vc)
+	return &batchv1.Job{
+		TypeMeta:   typeMeta("batch/v1", "Job"),
+		ObjectMeta: metav1.ObjectMeta{Name: SnapshotClaimName(snap.Name), Namespace: snap.Namespace, Labels: labels},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr.To[int32](1),
+			ActiveDeadlineSeconds: ptr.To[int64](600),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                corev1.RestartPolicyNever,
+					AutomountServiceAccountToken: ptr.To(false),
+					EnableServiceLinks:           ptr.To(false),
+					SecurityContext:              podSecurityContext(),
+					Containers:                   []corev1.Container{container},
+					Volumes: []corev1.Volume{certs, {Name: "snapshot", VolumeSource: corev1.VolumeSource{
+						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: SnapshotClaimName(snap.Name)},
+					}}},
+				},
+			},
+		},
+	}
+}
+
+// Restore is a snapshot a new tenant's etcd members start from.
+type Restore struct {
+	Claim       string // the snapshot's volume claim
+	SHA256      string
+	ServiceCIDR string // the Service range of the tenant the snapshot was taken of
+}
+
+// WithRestore has a new tenant's etcd members start from a snapshot: an init container
+// (nest-controlplane etcd-restore) restores it into a member's data directory while that
+// directory does not exist, with the same member flags the etcd container has, and moves the
+// Services to the tenant's own Service range.
+func WithRestore(sts *appsv1.StatefulSet, vc *v1alpha1.VirtualCluster, r Restore, s Settings) {
+	spec := &sts.Spec.Template.Spec
+	etcd := spec.Containers[0]
+	member := map[string]string{}
+	for _, a := range etcd.Args {
+		k, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		member[k] = v
+	}
+	args := []string{BinaryPath, "etcd-restore",
+		"--snapshot=" + SnapshotDir + "/" + SnapshotFile,
+		"--sha256=" + r.SHA256,
+		"--from-service-cidr=" + r.ServiceCIDR,
+		"--to-service-cidr=" + vc.Status.ServiceCIDR,
+	}
+	for _, k := range []string{"data-dir", "name", "initial-cluster", "initial-cluster-token", "initial-advertise-peer-urls"} {
+		args = append(args, "--"+k+"="+member[k])
+	}
+	spec.InitContainers = append(spec.InitContainers, corev1.Container{
+		Name:            ContainerRestore,
+		Image:           s.Image,
+		ImagePullPolicy: s.ImagePullPolicy,
+		Command:         args,
+		Env:             etcd.Env,
+		Resources:       etcd.Resources,
+		SecurityContext: containerSecurityContext(),
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "data", MountPath: EtcdDataDir},
+			{Name: "snapshot", MountPath: SnapshotDir, ReadOnly: true},
+		},
+	})
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "snapshot", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: r.Claim, ReadOnly: true},
+	}})
+}

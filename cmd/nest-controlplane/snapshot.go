@@ -115,4 +115,3 @@ func newEtcdRestoreCommand() *cobra.Command {
 	f.StringVar(&to, "to-service-cidr", "", "the new tenant's Service range")
 	return cmd
 }
-

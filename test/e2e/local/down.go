@@ -25,7 +25,10 @@ func down(c config) error {
 	}
 	isNode := func(name string) bool { return strings.HasPrefix(name, nodePrefix) }
 	var errs []error
-	// Node agents (and the kubelets they run) first, so nothing restarts the pods removed next.
+	// The load balancer first, so that it moves no route while the nodes go, then its routes.
+	errs = append(errs, c.stopRecorded(func(name string) bool { return name == lbProcess }))
+	errs = append(errs, removeLBRoutes(nodes))
+	// Node agents (and the kubelets they run) next, so nothing restarts the pods removed next.
 	errs = append(errs, c.stopRecorded(func(name string) bool { return isNode(name) && strings.HasSuffix(name, "-node-agent") }))
 	for _, n := range nodes {
 		errs = append(errs, c.removePods(n))

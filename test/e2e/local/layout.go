@@ -21,6 +21,14 @@ const (
 	// lendableLabel opts a node in to being lent to tenants.
 	lendableLabel = "kubenest.io/lendable"
 
+	// The load balancer ("local lb") gives each Service of type LoadBalancer one address of
+	// this pool on the bridge, routed through a node whose kube-proxy serves it. Its routes
+	// carry protocol lbRouteProto, which marks them as its own.
+	lbPoolFirst  = "172.30.0.200"
+	lbPoolLast   = "172.30.0.249"
+	lbRouteProto = "222"
+	lbProcess    = "loadbalancer" // its name among the recorded processes and logs
+
 	// PauseImage is the pod sandbox image every node's containerd uses.
 	PauseImage = "kubenest.io/pause:3.10"
 )

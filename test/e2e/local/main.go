@@ -8,13 +8,16 @@
 //     own pod subnet 10.244.N.0/24 routed between the nodes; kube-proxy is a DaemonSet, as on
 //     production hosts, so pods, Services and NodePorts behave as on real machines;
 //   - images are imported into each node's containerd, never pulled; CoreDNS serves the
-//     cluster's DNS.
+//     cluster's DNS;
+//   - Services of type LoadBalancer get an address of 172.30.0.200-249 on the bridge from
+//     "local lb", which routes it to a node whose kube-proxy serves it (loadbalancer.go).
 //
 // Everything it starts it records, and "down" stops exactly that and removes what "up"
 // created: processes, mounts, network namespaces, the bridge, cgroups and state.
 //
 //	local up   --kube-bin DIR --nest-controlplane BIN --image TAR... --kube-proxy-image REF --nodes 2
 //	local load --image TAR...   (import rebuilt images into the running cluster's nodes)
+//	local lb                    (the load balancer of Services of type LoadBalancer; "up" runs it)
 //	local down
 package main
 
@@ -25,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -54,8 +58,8 @@ func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func main() {
-	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "load" && os.Args[1] != "down") {
-		fmt.Fprintf(os.Stderr, "usage: local up|load|down [flags]; local up --help lists the flags\n")
+	if len(os.Args) < 2 || !slices.Contains([]string{"up", "load", "lb", "down"}, os.Args[1]) {
+		fmt.Fprintf(os.Stderr, "usage: local up|load|lb|down [flags]; local up --help lists the flags\n")
 		os.Exit(2)
 	}
 	cmd := os.Args[1]
@@ -102,6 +106,8 @@ func main() {
 		err = up(ctx, cfg)
 	case "load":
 		err = load(ctx, cfg)
+	case "lb":
+		err = runLoadBalancer(ctx, cfg)
 	case "down":
 		err = down(cfg)
 	}

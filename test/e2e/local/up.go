@@ -40,6 +40,7 @@ func up(ctx context.Context, c config) error {
 		// Before anything that uses a Service.
 		{"run kube-proxy on every node (a DaemonSet)", func() error { return c.installKubeProxy(ctx, len(nodes)) }},
 		{"install the add-ons (CoreDNS, the local-path volume provisioner)", func() error { return c.installAddons(ctx) }},
+		{"start the load balancer of LoadBalancer Services (" + lbPoolFirst + "-" + lbPoolLast + ")", c.startLoadBalancer},
 	}
 	if c.certManager != "" {
 		steps = append(steps, struct {

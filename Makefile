@@ -206,9 +206,26 @@ down: ## Stop the local cluster and remove everything it created.
 
 .PHONY: e2e
 E2E_RUN ?= .
-e2e: ## End-to-end tests against the local cluster ('make up' first); E2E_RUN=regexp picks tests.
+e2e: previous-release $(HELM) ## End-to-end tests against the local cluster ('make up' first); E2E_RUN=regexp picks tests.
 	go test -tags e2e -count=1 -timeout 60m -v -run '$(E2E_RUN)' ./test/e2e/ -args -kubeconfig $(CURDIR)/_output/host.kubeconfig \
-		-kubectl $(KUBE_BIN)/kubectl
+		-kubectl $(KUBE_BIN)/kubectl -helm $(HELM) -previous-chart $(CURDIR)/$(PREVIOUS_DIR)/charts/kubenest \
+		-previous-tag $(PREVIOUS_VERSION)
+
+# The previous release, which TestOperatorUpgrade upgrades from: the last commit that landed
+# before this one's work began. Its tree is exported (git archive) into _output/previous and its
+# KubeNest image built there and loaded into the local cluster under its own tag.
+PREVIOUS_RELEASE := 080f91eafdbe1bbfba96b0a91c83206a0e30c1d6
+PREVIOUS_DIR := _output/previous
+PREVIOUS_VERSION := release-$(shell echo $(PREVIOUS_RELEASE) | cut -c1-12)
+
+.PHONY: previous-release
+previous-release: ## Build the previous release's KubeNest image and load it into the local cluster (for TestOperatorUpgrade).
+	@git cat-file -e $(PREVIOUS_RELEASE)^{commit} 2>/dev/null || { echo "previous release $(PREVIOUS_RELEASE) is not in this clone's history: TestOperatorUpgrade needs it (git fetch --unshallow)"; exit 1; }
+	@if [ "$$(cat $(PREVIOUS_DIR)/.release 2>/dev/null)" != "$(PREVIOUS_RELEASE)" ]; then \
+		rm -rf $(PREVIOUS_DIR) && mkdir -p $(PREVIOUS_DIR) && git archive $(PREVIOUS_RELEASE) | tar -x -C $(PREVIOUS_DIR) && \
+		echo $(PREVIOUS_RELEASE) > $(PREVIOUS_DIR)/.release; fi
+	$(MAKE) --no-print-directory -C $(PREVIOUS_DIR) VERSION=$(PREVIOUS_VERSION) _output/images/kubenest.tar
+	go run ./test/e2e/local load --image $(PREVIOUS_DIR)/_output/images/kubenest.tar
 
 .PHONY: bench
 BENCH ?= all

@@ -38,6 +38,7 @@ func all(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	run("create", func() ([]Figure, error) { return createReady(ctx, e, []string{fmt.Sprintf("--count=%d", *count)}) })
 	run("latency", func() ([]Figure, error) { return apiLatency(ctx, e, nil) })
 	run("promotion", func() ([]Figure, error) { return promotion(ctx, e, nil) })
+	run("snapshot", func() ([]Figure, error) { return snapshotRestore(ctx, e, nil) })
 	// The density tenants, once idle, are the ones whose memory is measured.
 	run("density and memory", func() ([]Figure, error) {
 		ns, cleanup, err := namespace(ctx, e, "bench-density")

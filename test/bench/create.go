@@ -43,16 +43,26 @@ func createReady(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	defer t.close()
 
 	var figures []Figure
+	medians := map[string]time.Duration{}
 	for _, series := range []struct {
-		name       string
-		concurrent bool
-	}{{"sequential", false}, {"concurrent", true}} {
+		name, prefix string
+		concurrent   bool
+		ephemeral    bool
+	}{
+		{"sequential", "seq", false, false},
+		{"sequential, ephemeral etcd", "eph", false, true},
+		{"concurrent", "con", true, false},
+	} {
 		fmt.Printf("creating %d VirtualClusters, %s...\n", *count, series.name)
-		runs, err := createSeries(ctx, e, t, ns, series.name[:3], *count, series.concurrent, *timeout, *settle, &extra)
+		runs, err := createSeries(ctx, e, t, ns, series.prefix, *count, series.concurrent, series.ephemeral, *timeout, *settle, &extra)
 		if err != nil {
 			return nil, err
 		}
-		method := fmt.Sprintf("%d VirtualClusters (NodePort, 1 etcd member on emptyDir) created %s (the tenants before deleted and %s given to the host to finish tearing them down); from the create call to the step first seen by a watch of the host (conditions of the VirtualCluster; its etcd and control-plane pods); the first kubectl call is the first successful namespace list with the kubeconfig Secret, retried every 50 ms%s", *count, map[bool]string{false: "one after another, each alone on the host", true: "at once"}[series.concurrent], *settle, extra.String())
+		storage := "on a volume claim of the default StorageClass (local-path on the local cluster)"
+		if series.ephemeral {
+			storage = "on an emptyDir (etcd.storage.ephemeral)"
+		}
+		method := fmt.Sprintf("%d VirtualClusters (NodePort, 1 etcd member %s) created %s (the tenants before deleted and %s given to the host to finish tearing them down); from the create call to the step first seen by a watch of the host (conditions of the VirtualCluster; its etcd and control-plane pods); the first kubectl call is the first successful namespace list with the kubeconfig Secret, retried every 50 ms%s", *count, storage, map[bool]string{false: "one after another, each alone on the host", true: "at once"}[series.concurrent], *settle, extra.String())
 		for _, s := range steps {
 			var ds []time.Duration
 			for _, r := range runs {
@@ -61,15 +71,22 @@ func createReady(ctx context.Context, e *env, args []string) ([]Figure, error) {
 				}
 			}
 			slices.Sort(ds)
+			if s == stepReady {
+				medians[series.prefix] = percentile(ds, 0.5)
+			}
 			figures = append(figures,
 				Figure{fmt.Sprintf("create→%s, %s, median", s, series.name), seconds(percentile(ds, 0.5)), "s", method},
 				Figure{fmt.Sprintf("create→%s, %s, p90", s, series.name), seconds(percentile(ds, 0.9)), "s", method})
 		}
 	}
+	if medians["eph"] > 0 {
+		figures = append(figures, Figure{"create→Ready, sequential, volume claim / ephemeral etcd, median", medians["seq"].Seconds() / medians["eph"].Seconds(), "ratio",
+			"the sequential series' create→Ready medians: etcd on a volume claim (the default) over etcd on an emptyDir"})
+	}
 	return figures, nil
 }
 
-func createSeries(ctx context.Context, e *env, t *tracker, ns, prefix string, count int, concurrent bool, timeout, settle time.Duration, extra *componentArgs) ([]readyRun, error) {
+func createSeries(ctx context.Context, e *env, t *tracker, ns, prefix string, count int, concurrent, ephemeral bool, timeout, settle time.Duration, extra *componentArgs) ([]readyRun, error) {
 	// The deleted tenants' pods are gone from the API before their containers and network are.
 	if err := sleep(ctx, settle); err != nil {
 		return nil, err
@@ -80,10 +97,10 @@ func createSeries(ctx context.Context, e *env, t *tracker, ns, prefix string, co
 	for i := range count {
 		name := fmt.Sprintf("%s-%d", prefix, i)
 		if concurrent {
-			wg.Go(func() { runs[i], errs[i] = createOne(ctx, e, t, ns, name, timeout, extra) })
+			wg.Go(func() { runs[i], errs[i] = createOne(ctx, e, t, ns, name, ephemeral, timeout, extra) })
 			continue
 		}
-		runs[i], errs[i] = createOne(ctx, e, t, ns, name, timeout, extra)
+		runs[i], errs[i] = createOne(ctx, e, t, ns, name, ephemeral, timeout, extra)
 		if errs[i] != nil {
 			break
 		}
@@ -132,8 +149,11 @@ func deleteTenants(e *env, ns string, names ...string) {
 }
 
 // createOne creates a VirtualCluster and follows it to Ready and a first answer from its API.
-func createOne(ctx context.Context, e *env, t *tracker, ns, name string, timeout time.Duration, extra *componentArgs) (readyRun, error) {
+func createOne(ctx context.Context, e *env, t *tracker, ns, name string, ephemeral bool, timeout time.Duration, extra *componentArgs) (readyRun, error) {
 	vc := benchVC(ns, name)
+	if ephemeral {
+		vc.Spec.Etcd.Storage = v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}
+	}
 	extra.apply(vc)
 	t.forget(name)
 	start := time.Now()

@@ -60,13 +60,16 @@ func main() {
 Usage: bench [flags] <benchmark> [benchmark flags]
 
 Benchmarks:
-  create       create→Ready of VirtualClusters, one after another and all at once, by step
+  create       create→Ready of VirtualClusters, one after another (etcd on a volume claim, the
+               default, and on an emptyDir) and all at once, by step
   memory       memory and CPU of each component of idle tenants
   density      idle tenants created one by one until one is not Ready in time, the host runs
                short of memory, or a cap; the host's memory then
   throughput   N pods through a tenant's shared node vs N pods created directly in the host
   latency      GET, LIST and CREATE latency of a tenant's apiserver vs the host's, same run
   promotion    lending a host node to a tenant and giving it back
+  snapshot     snapshot of a tenant holding 1,000 ConfigMaps and 100 Deployments, and a new
+               tenant restored from it
   all          all of the above, sized for a small machine (density's tenants are the ones
                whose idle memory is measured)
   cleanup      delete what an interrupted run left behind
@@ -107,6 +110,7 @@ Flags:
 		"throughput": throughput,
 		"latency":    apiLatency,
 		"promotion":  promotion,
+		"snapshot":   snapshotRestore,
 		"all":        all,
 		"cleanup":    cleanup,
 	}

@@ -105,14 +105,14 @@ func deleteNamespace(e *env, name string) {
 	})
 }
 
-// benchVC is the VirtualCluster the benchmarks create: one etcd member on an emptyDir (no
-// volume provisioning in the measurement), its apiserver on a NodePort this machine reaches.
+// benchVC is the VirtualCluster the benchmarks create: the default storage (one etcd member
+// on a volume claim of the host's default StorageClass), its apiserver on a NodePort this
+// machine reaches.
 func benchVC(ns, name string) *v1alpha1.VirtualCluster {
 	return &v1alpha1.VirtualCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: v1alpha1.VirtualClusterSpec{
 			ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{Type: v1alpha1.ExposureNodePort}},
-			Etcd:         v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
 		},
 	}
 }

@@ -220,7 +220,8 @@ PREVIOUS_VERSION := release-$(shell echo $(PREVIOUS_RELEASE) | cut -c1-12)
 
 .PHONY: previous-release
 previous-release: ## Build the previous release's KubeNest image and load it into the local cluster (for TestOperatorUpgrade).
-	@git cat-file -e $(PREVIOUS_RELEASE)^{commit} 2>/dev/null || { echo "previous release $(PREVIOUS_RELEASE) is not in this clone's history: TestOperatorUpgrade needs it (git fetch --unshallow)"; exit 1; }
+	@git cat-file -e $(PREVIOUS_RELEASE)^{commit} 2>/dev/null || git fetch --quiet origin $(PREVIOUS_RELEASE) 2>/dev/null || \
+		{ echo "previous release $(PREVIOUS_RELEASE) is not in this clone's history, nor fetched from origin: TestOperatorUpgrade needs it (git fetch --unshallow)"; exit 1; }
 	@if [ "$$(cat $(PREVIOUS_DIR)/.release 2>/dev/null)" != "$(PREVIOUS_RELEASE)" ]; then \
 		rm -rf $(PREVIOUS_DIR) && mkdir -p $(PREVIOUS_DIR) && git archive $(PREVIOUS_RELEASE) | tar -x -C $(PREVIOUS_DIR) && \
 		echo $(PREVIOUS_RELEASE) > $(PREVIOUS_DIR)/.release; fi

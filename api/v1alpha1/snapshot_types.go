@@ -13,7 +13,8 @@ const LabelScheduled = "kubenest.io/scheduled-for"
 // VirtualClusterSnapshot is a consistent snapshot of a tenant's etcd: every object of the
 // tenant at one revision. The operator takes it once, with etcd's own snapshot API from a
 // member's client port, onto a volume claim of its own (named "<snapshot>-snapshot" in the
-// same namespace, deleted with the snapshot). A new VirtualCluster is made from it with
+// same namespace, deleted with the snapshot) or into an S3-compatible bucket (spec.s3; the
+// object stays when the snapshot is deleted). A new VirtualCluster is made from it with
 // spec.restore.
 //
 // +kubebuilder:object:root=true
@@ -21,6 +22,7 @@ const LabelScheduled = "kubenest.io/scheduled-for"
 // +kubebuilder:resource:shortName=vcsnap,categories=kubenest
 // +kubebuilder:printcolumn:name="VirtualCluster",type=string,JSONPath=`.spec.virtualClusterName`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Stored",type=string,JSONPath=`.status.location`
 // +kubebuilder:printcolumn:name="Size",type=string,JSONPath=`.status.size`
 // +kubebuilder:printcolumn:name="Revision",type=integer,JSONPath=`.status.revision`,priority=1
 // +kubebuilder:printcolumn:name="Taken",type=date,JSONPath=`.status.completionTime`
@@ -37,7 +39,9 @@ type VirtualClusterSnapshot struct {
 	Status VirtualClusterSnapshotStatus `json:"status,omitempty"`
 }
 
-// VirtualClusterSnapshotSpec says which tenant to snapshot.
+// VirtualClusterSnapshotSpec says which tenant to snapshot, and where to keep it.
+// +kubebuilder:validation:XValidation:rule="!has(self.s3) || (!has(self.size) && !has(self.storageClassName))",message="size and storageClassName are of the volume claim, which a snapshot stored in s3 does not have"
+// +kubebuilder:validation:XValidation:rule="has(self.s3) == has(oldSelf.s3) && (!has(self.s3) || self.s3 == oldSelf.s3)",message="s3 is fixed at creation"
 type VirtualClusterSnapshotSpec struct {
 	// virtualClusterName is the VirtualCluster, in the snapshot's namespace, to take.
 	// +required
@@ -54,6 +58,50 @@ type VirtualClusterSnapshotSpec struct {
 	// storageClassName of the volume claim; unset, the host's default StorageClass.
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// s3 stores the snapshot as an object of an S3-compatible bucket instead of on a volume
+	// claim. The job that takes it and the etcd pods that restore it reach the endpoint from
+	// the namespace, with the credentials of a Secret there; the operator never does.
+	// +optional
+	S3 *S3Location `json:"s3,omitempty"`
+}
+
+// S3Location is an object of an S3-compatible bucket.
+type S3Location struct {
+	// endpoint is the server's host[:port], without a scheme.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9.-]+(:[0-9]{1,5})?$`
+	Endpoint string `json:"endpoint"`
+
+	// bucket that holds the snapshot; it must exist.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	Bucket string `json:"bucket"`
+
+	// key of the object. Default: "<namespace>/<snapshot name>.db".
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Key string `json:"key,omitempty"`
+
+	// region of the bucket, when the server asks for one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Region string `json:"region,omitempty"`
+
+	// insecure talks plain HTTP to the endpoint instead of HTTPS (a server on the host's own
+	// network).
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
+
+	// credentialsSecretName is a Secret in the snapshot's namespace with the keys
+	// accessKeyID and secretAccessKey.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	CredentialsSecretName string `json:"credentialsSecretName"`
 }
 
 // SnapshotPhase is where a snapshot is.
@@ -87,6 +135,10 @@ type VirtualClusterSnapshotStatus struct {
 	// revision is the etcd revision the snapshot holds the tenant at.
 	// +optional
 	Revision int64 `json:"revision,omitempty"`
+
+	// location of the snapshot: "claim <name>" or "s3://<bucket>/<key>".
+	// +optional
+	Location string `json:"location,omitempty"`
 
 	// sha256 of the snapshot file, checked again before a restore.
 	// +optional

@@ -20,6 +20,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	clientsnapshot "go.etcd.io/etcd/client/v3/snapshot"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
@@ -90,6 +92,7 @@ func digest(path string) (string, int64, error) {
 // RestoreOptions says what to restore and as which member.
 type RestoreOptions struct {
 	Snapshot string // the snapshot file
+	S3       *S3    // or its object, downloaded first
 	SHA256   string // its digest when it was taken; the file must still have it
 	DataDir  string // the member's data directory: must not exist yet
 
@@ -112,6 +115,17 @@ func Restore(ctx context.Context, lg *zap.Logger, o RestoreOptions) (bool, error
 	if _, err := os.Stat(o.DataDir); err == nil {
 		return false, nil
 	}
+	work, err := os.MkdirTemp(filepath.Dir(o.DataDir), ".restore-")
+	if err != nil {
+		return false, err
+	}
+	defer os.RemoveAll(work)
+	if o.S3 != nil {
+		o.Snapshot = filepath.Join(work, "snapshot.db")
+		if err := Download(ctx, *o.S3, o.Snapshot); err != nil {
+			return false, err
+		}
+	}
 	sum, _, err := digest(o.Snapshot)
 	if err != nil {
 		return false, err
@@ -119,11 +133,6 @@ func Restore(ctx context.Context, lg *zap.Logger, o RestoreOptions) (bool, error
 	if o.SHA256 != "" && sum != o.SHA256 {
 		return false, fmt.Errorf("snapshot %s has sha256 %s, not %s as when it was taken: it was changed since", o.Snapshot, sum, o.SHA256)
 	}
-	work, err := os.MkdirTemp(filepath.Dir(o.DataDir), ".restore-")
-	if err != nil {
-		return false, err
-	}
-	defer os.RemoveAll(work)
 
 	// 1. The snapshot as a lone member of a scratch cluster, served on loopback only.
 	scratch := filepath.Join(work, "scratch")
@@ -308,4 +317,52 @@ func MoveAddress(ip string, from, to netip.Prefix) (string, error) {
 	moved := new(big.Int).Add(new(big.Int).SetBytes(to.Masked().Addr().AsSlice()), offset).FillBytes(make([]byte, len(to.Addr().AsSlice())))
 	out, _ := netip.AddrFromSlice(moved)
 	return out.String(), nil
+}
+
+// S3 is an object of an S3-compatible bucket, and the credentials to reach it.
+type S3 struct {
+	Endpoint, Bucket, Key, Region string
+	Insecure                      bool
+	AccessKeyID, SecretAccessKey  string
+}
+
+func (s S3) String() string { return "s3://" + s.Bucket + "/" + s.Key }
+
+func (s S3) client() (*minio.Client, error) {
+	if s.AccessKeyID == "" || s.SecretAccessKey == "" {
+		return nil, fmt.Errorf("no credentials for %s (accessKeyID and secretAccessKey)", s)
+	}
+	c, err := minio.New(s.Endpoint, &minio.Options{
+		Creds:  credentials.NewStaticV4(s.AccessKeyID, s.SecretAccessKey, ""),
+		Secure: !s.Insecure,
+		Region: s.Region,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("S3 endpoint %s: %w", s.Endpoint, err)
+	}
+	return c, nil
+}
+
+// Upload puts a snapshot file into the bucket.
+func Upload(ctx context.Context, s S3, path string) error {
+	c, err := s.client()
+	if err != nil {
+		return err
+	}
+	if _, err := c.FPutObject(ctx, s.Bucket, s.Key, path, minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
+		return fmt.Errorf("uploading to %s at %s: %w", s, s.Endpoint, err)
+	}
+	return nil
+}
+
+// Download gets a snapshot file from the bucket.
+func Download(ctx context.Context, s S3, path string) error {
+	c, err := s.client()
+	if err != nil {
+		return err
+	}
+	if err := c.FGetObject(ctx, s.Bucket, s.Key, path, minio.GetObjectOptions{}); err != nil {
+		return fmt.Errorf("downloading %s from %s: %w", s, s.Endpoint, err)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -29,6 +30,47 @@ const (
 
 // SnapshotClaimName names the volume claim that holds a snapshot, and the job that takes it.
 func SnapshotClaimName(snapshot string) string { return snapshot + "-snapshot" }
+
+// SnapshotS3Key is the key of a snapshot stored in S3: spec.s3.key, or
+// "<namespace>/<snapshot>.db".
+func SnapshotS3Key(snap *v1alpha1.VirtualClusterSnapshot) string {
+	if snap.Spec.S3 != nil && snap.Spec.S3.Key != "" {
+		return snap.Spec.S3.Key
+	}
+	return snap.Namespace + "/" + snap.Name + ".db"
+}
+
+// SnapshotLocation says where a snapshot is kept, for its status.
+func SnapshotLocation(snap *v1alpha1.VirtualClusterSnapshot) string {
+	if snap.Spec.S3 != nil {
+		return "s3://" + snap.Spec.S3.Bucket + "/" + SnapshotS3Key(snap)
+	}
+	return "claim " + SnapshotClaimName(snap.Name)
+}
+
+// s3Args are the --s3-* flags of nest-controlplane etcd-snapshot and etcd-restore.
+func s3Args(s3 *v1alpha1.S3Location, key string) []string {
+	args := []string{"--s3-endpoint=" + s3.Endpoint, "--s3-bucket=" + s3.Bucket, "--s3-key=" + key}
+	if s3.Region != "" {
+		args = append(args, "--s3-region="+s3.Region)
+	}
+	if s3.Insecure {
+		args = append(args, "--s3-insecure")
+	}
+	return args
+}
+
+// s3Env gives the credentials of the Secret spec.s3 names as the environment the commands
+// read them from. optional: a restore's init container needs them only once, and a tenant made
+// from a snapshot must not fail to start because the Secret went since.
+func s3Env(s3 *v1alpha1.S3Location, optional bool) []corev1.EnvVar {
+	ref := func(key string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: s3.CredentialsSecretName}, Key: key, Optional: ptr.To(optional),
+		}}
+	}
+	return []corev1.EnvVar{{Name: "AWS_ACCESS_KEY_ID", ValueFrom: ref("accessKeyID")}, {Name: "AWS_SECRET_ACCESS_KEY", ValueFrom: ref("secretAccessKey")}}
+}
 
 // SnapshotClaim is the volume claim a snapshot is taken onto: by default as large as the
 // tenant's etcd volume, which bounds its database.
@@ -91,6 +133,13 @@ func SnapshotJob(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSnaps
 			{Name: "certs", MountPath: snapshotPKIDir, ReadOnly: true},
 		},
 	}
+	storage := corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: SnapshotClaimName(snap.Name)}}
+	if s3 := snap.Spec.S3; s3 != nil {
+		// Written to scratch space, then uploaded.
+		storage = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+		container.Command = append(container.Command, s3Args(s3, SnapshotS3Key(snap))...)
+		container.Env = s3Env(s3, false)
+	}
 	labels := snapshotLabels(vc)
 	return &batchv1.Job{
 		TypeMeta:   typeMeta("batch/v1", "Job"),
@@ -106,9 +155,7 @@ func SnapshotJob(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSnaps
 					EnableServiceLinks:           ptr.To(false),
 					SecurityContext:              podSecurityContext(),
 					Containers:                   []corev1.Container{container},
-					Volumes: []corev1.Volume{certs, {Name: "snapshot", VolumeSource: corev1.VolumeSource{
-						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: SnapshotClaimName(snap.Name)},
-					}}},
+					Volumes:                      []corev1.Volume{certs, {Name: "snapshot", VolumeSource: storage}},
 				},
 			},
 		},
@@ -117,7 +164,7 @@ func SnapshotJob(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSnaps
 
 // Restore is a snapshot a new tenant's etcd members start from.
 type Restore struct {
-	Claim       string // the snapshot's volume claim
+	Snapshot    *v1alpha1.VirtualClusterSnapshot
 	SHA256      string
 	ServiceCIDR string // the Service range of the tenant the snapshot was taken of
 }
@@ -135,10 +182,21 @@ func WithRestore(sts *appsv1.StatefulSet, vc *v1alpha1.VirtualCluster, r Restore
 		member[k] = v
 	}
 	args := []string{BinaryPath, "etcd-restore",
-		"--snapshot=" + SnapshotDir + "/" + SnapshotFile,
 		"--sha256=" + r.SHA256,
 		"--from-service-cidr=" + r.ServiceCIDR,
 		"--to-service-cidr=" + vc.Status.ServiceCIDR,
+	}
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: EtcdDataDir}}
+	env := etcd.Env
+	if s3 := r.Snapshot.Spec.S3; s3 != nil {
+		args = append(args, s3Args(s3, SnapshotS3Key(r.Snapshot))...)
+		env = append(slices.Clone(env), s3Env(s3, true)...)
+	} else {
+		args = append(args, "--snapshot="+SnapshotDir+"/"+SnapshotFile)
+		mounts = append(mounts, corev1.VolumeMount{Name: "snapshot", MountPath: SnapshotDir, ReadOnly: true})
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "snapshot", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: SnapshotClaimName(r.Snapshot.Name), ReadOnly: true},
+		}})
 	}
 	for _, k := range []string{"data-dir", "name", "initial-cluster", "initial-cluster-token", "initial-advertise-peer-urls"} {
 		args = append(args, "--"+k+"="+member[k])
@@ -148,15 +206,9 @@ func WithRestore(sts *appsv1.StatefulSet, vc *v1alpha1.VirtualCluster, r Restore
 		Image:           s.Image,
 		ImagePullPolicy: s.ImagePullPolicy,
 		Command:         args,
-		Env:             etcd.Env,
+		Env:             env,
 		Resources:       etcd.Resources,
 		SecurityContext: containerSecurityContext(),
-		VolumeMounts: []corev1.VolumeMount{
-			{Name: "data", MountPath: EtcdDataDir},
-			{Name: "snapshot", MountPath: SnapshotDir, ReadOnly: true},
-		},
+		VolumeMounts:    mounts,
 	})
-	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "snapshot", VolumeSource: corev1.VolumeSource{
-		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: r.Claim, ReadOnly: true},
-	}})
 }

@@ -26,6 +26,9 @@ import (
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
+// localS3 is the local cluster's S3-compatible server ("local s3"), on the node bridge.
+const localS3 = "172.30.0.1:9000"
+
 const widgetCRD = `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata: {name: widgets.example.com}
@@ -239,6 +242,43 @@ func TestSnapshotRestore(t *testing.T) {
 		if err := host.Patch(ctx, &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: src.Name}}, off); err != nil {
 			t.Fatal(err)
 		}
+	})
+
+	t.Run("a snapshot in an S3-compatible bucket", func(t *testing.T) {
+		creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bucket-credentials", Namespace: ns},
+			StringData: map[string]string{"accessKeyID": "e2e", "secretAccessKey": "e2e-secret"}}
+		if err := host.Create(ctx, creds); err != nil {
+			t.Fatal(err)
+		}
+		s := &v1alpha1.VirtualClusterSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "in-bucket", Namespace: ns},
+			Spec: v1alpha1.VirtualClusterSnapshotSpec{VirtualClusterName: src.Name, S3: &v1alpha1.S3Location{
+				Endpoint: localS3, Bucket: "kubenest-e2e", Insecure: true, CredentialsSecretName: creds.Name}}}
+		start := time.Now()
+		if err := host.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		s = waitSnapshot(t, ctx, s, v1alpha1.SnapshotSucceeded)
+		t.Logf("snapshot stored in %s in %s, %s", s.Status.Location, time.Since(start).Round(100*time.Millisecond), s.Status.Size)
+		if want := "s3://kubenest-e2e/" + ns + "/in-bucket.db"; s.Status.Location != want {
+			t.Errorf("stored in %q, want %q", s.Status.Location, want)
+		}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: "in-bucket-snapshot"}, &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a snapshot stored in a bucket has a volume claim: %v", err)
+		}
+		vc := newVC(ns, "from-bucket", v1alpha1.ExposureNodePort)
+		vc.Spec.Restore = &v1alpha1.RestoreSpec{SnapshotName: s.Name}
+		if err := host.Create(ctx, vc); err != nil {
+			t.Fatal(err)
+		}
+		vc = waitReady(t, ctx, vc)
+		fromBucket := tenantClient(t, downloadKubeconfig(t, ctx, vc))
+		if _, err := fromBucket.CoreV1().ConfigMaps("default").Get(ctx, "after", metav1.GetOptions{}); err != nil {
+			t.Errorf("ConfigMap after, made before this snapshot: %v", err)
+		}
+		if sec, err := fromBucket.CoreV1().Secrets("default").Get(ctx, "db", metav1.GetOptions{}); err != nil || string(sec.Data["password"]) != "s3cret" {
+			t.Errorf("Secret db: %v", err)
+		}
+		deleteAndCheckGone(t, ctx, vc)
 	})
 
 	t.Run("the restored tenant keeps its data when the snapshot goes", func(t *testing.T) {

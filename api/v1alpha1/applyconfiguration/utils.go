@@ -56,6 +56,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.QuarantineApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RestoreSpec"):
 		return &apiv1alpha1.RestoreSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("S3Location"):
+		return &apiv1alpha1.S3LocationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeyReference"):
 		return &apiv1alpha1.SecretKeyReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SnapshotSchedule"):

@@ -120,13 +120,15 @@ func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnap
 	// The claim and the job are made once, as the first step; a claim of that name the
 	// operator did not make for this snapshot is never used.
 	claim := &corev1.PersistentVolumeClaim{}
-	err = r.Client.Get(ctx, jobKey, claim)
-	if err == nil && !metav1.IsControlledBy(claim, snap) {
-		r.fail(snap, conds, ReasonClaimTaken, fmt.Sprintf("volume claim %s exists and was not made by the operator for this snapshot", claim.Name))
-		return nil
-	}
-	if client.IgnoreNotFound(err) != nil {
-		return err
+	if snap.Spec.S3 == nil {
+		err = r.Client.Get(ctx, jobKey, claim)
+		if err == nil && !metav1.IsControlledBy(claim, snap) {
+			r.fail(snap, conds, ReasonClaimTaken, fmt.Sprintf("volume claim %s exists and was not made by the operator for this snapshot", claim.Name))
+			return nil
+		}
+		if client.IgnoreNotFound(err) != nil {
+			return err
+		}
 	}
 	err = r.Client.Get(ctx, jobKey, job)
 	if apierrors.IsNotFound(err) {
@@ -134,7 +136,7 @@ func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnap
 			r.pending(snap, conds, fmt.Sprintf("VirtualCluster %s is not Ready", vc.Name))
 			return nil
 		}
-		if claim.Name == "" {
+		if snap.Spec.S3 == nil && claim.Name == "" {
 			claim = controlplane.SnapshotClaim(vc, snap)
 			if err := r.create(ctx, snap, claim); err != nil {
 				return err
@@ -147,6 +149,7 @@ func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnap
 		now := metav1.NewTime(r.Clock.Now())
 		snap.Status.Phase, snap.Status.StartTime = v1alpha1.SnapshotRunning, &now
 		snap.Status.ServiceCIDR, snap.Status.Version = vc.Status.ServiceCIDR, vc.Status.Version
+		snap.Status.Location = controlplane.SnapshotLocation(snap)
 		conds.Set(v1alpha1.ConditionSnapshotComplete, false, ReasonRunning, "taking the snapshot of "+vc.Name)
 		ctrl.LoggerFrom(ctx).Info("taking a snapshot", "virtualCluster", vc.Name)
 		return nil
@@ -165,7 +168,7 @@ func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnap
 		snap.Status.Phase, snap.Status.CompletionTime = v1alpha1.SnapshotSucceeded, &now
 		snap.Status.SizeBytes, snap.Status.Revision, snap.Status.SHA256 = res.SizeBytes, res.Revision, res.SHA256
 		snap.Status.Size = etcdsnapshot.HumanSize(res.SizeBytes)
-		msg := fmt.Sprintf("%d keys at revision %d, %s", res.Keys, res.Revision, snap.Status.Size)
+		msg := fmt.Sprintf("%d keys at revision %d, %s, in %s", res.Keys, res.Revision, snap.Status.Size, snap.Status.Location)
 		conds.Set(v1alpha1.ConditionSnapshotComplete, true, ReasonTaken, msg)
 		r.Recorder.Eventf(snap, nil, corev1.EventTypeNormal, "Taken", "Snapshot", "snapshot of %s taken: %s", vc.Name, msg)
 	case jobCondition(job, batchv1.JobFailed):
@@ -174,6 +177,16 @@ func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnap
 			why += ": " + out
 		}
 		r.fail(snap, conds, ReasonFailed, why)
+	default:
+		// A pod that cannot start (its credentials Secret missing, say) says so here rather
+		// than only when the job's deadline ends it.
+		for _, p := range r.jobPods(ctx, job) {
+			for _, st := range p.Status.ContainerStatuses {
+				if w := st.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" {
+					conds.Set(v1alpha1.ConditionSnapshotComplete, false, ReasonRunning, fmt.Sprintf("the snapshot job's pod %s waits: %s: %s", p.Name, w.Reason, w.Message))
+				}
+			}
+		}
 	}
 	return nil
 }

@@ -39,7 +39,7 @@ func (r *Reconciler) restore(ctx context.Context, vc *v1alpha1.VirtualCluster, e
 	}
 	if problem == "" {
 		controlplane.WithRestore(etcd, vc, controlplane.Restore{
-			Claim: controlplane.SnapshotClaimName(name), SHA256: snap.Status.SHA256, ServiceCIDR: snap.Status.ServiceCIDR,
+			Snapshot: snap, SHA256: snap.Status.SHA256, ServiceCIDR: snap.Status.ServiceCIDR,
 		}, s)
 		return "", nil
 	}
@@ -68,6 +68,9 @@ func (r *Reconciler) restorable(ctx context.Context, ns, name string) (*v1alpha1
 	}
 	if snap.Status.ServiceCIDR == "" || snap.Status.SHA256 == "" {
 		return nil, fmt.Sprintf("VirtualClusterSnapshot %s does not say which Service range and digest it has", name), nil
+	}
+	if snap.Spec.S3 != nil {
+		return snap, "", nil // the restore checks the object's digest
 	}
 	claim := &corev1.PersistentVolumeClaim{}
 	err = r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: controlplane.SnapshotClaimName(name)}, claim)

@@ -29,6 +29,10 @@ const (
 	lbRouteProto = "222"
 	lbProcess    = "loadbalancer" // its name among the recorded processes and logs
 
+	// The S3-compatible server ("local s3") listens on the bridge, at http://172.30.0.1:9000.
+	s3Port    = "9000"
+	s3Process = "s3"
+
 	// PauseImage is the pod sandbox image every node's containerd uses.
 	PauseImage = "kubenest.io/pause:3.10"
 )

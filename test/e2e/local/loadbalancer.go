@@ -38,16 +38,25 @@ import (
 // the Services' status, so a restarted lb adopts them; its routes stay when it stops, and
 // "down" removes them.
 
-// startLoadBalancer runs "local lb" as a supervised process of this machine, from a copy of
-// this program: "go run" removes its own build when it exits.
-func (c config) startLoadBalancer() error {
+// selfCopy copies this program into the run directory, for the processes "up" leaves running:
+// "go run" removes its own build when it exits.
+func (c config) selfCopy() (string, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return "", err
 	}
 	bin := filepath.Join(c.runDir, "bin", "local")
 	if err := copyFile(self, bin, 0o755); err != nil {
-		return fmt.Errorf("copying %s: %w", self, err)
+		return "", fmt.Errorf("copying %s: %w", self, err)
+	}
+	return bin, nil
+}
+
+// startLoadBalancer runs "local lb" as a supervised process of this machine.
+func (c config) startLoadBalancer() error {
+	bin, err := c.selfCopy()
+	if err != nil {
+		return err
 	}
 	return c.startSupervised(lbProcess, "", bin, "lb", "--output", c.outDir, "--state-dir", c.stateDir, "--run-dir", c.runDir)
 }

@@ -10,7 +10,9 @@
 //   - images are imported into each node's containerd, never pulled; CoreDNS serves the
 //     cluster's DNS;
 //   - Services of type LoadBalancer get an address of 172.30.0.200-249 on the bridge from
-//     "local lb", which routes it to a node whose kube-proxy serves it (loadbalancer.go).
+//     "local lb", which routes it to a node whose kube-proxy serves it (loadbalancer.go);
+//   - "local s3" serves an S3-compatible API at http://172.30.0.1:9000 (s3.go), for
+//     snapshots stored in a bucket.
 //
 // Everything it starts it records, and "down" stops exactly that and removes what "up"
 // created: processes, mounts, network namespaces, the bridge, cgroups and state.
@@ -18,6 +20,7 @@
 //	local up   --kube-bin DIR --nest-controlplane BIN --image TAR... --kube-proxy-image REF --nodes 2
 //	local load --image TAR...   (import rebuilt images into the running cluster's nodes)
 //	local lb                    (the load balancer of Services of type LoadBalancer; "up" runs it)
+//	local s3                    (the S3-compatible server; "up" runs it)
 //	local down
 package main
 
@@ -58,8 +61,8 @@ func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func main() {
-	if len(os.Args) < 2 || !slices.Contains([]string{"up", "load", "lb", "down"}, os.Args[1]) {
-		fmt.Fprintf(os.Stderr, "usage: local up|load|lb|down [flags]; local up --help lists the flags\n")
+	if len(os.Args) < 2 || !slices.Contains([]string{"up", "load", "lb", "s3", "down"}, os.Args[1]) {
+		fmt.Fprintf(os.Stderr, "usage: local up|load|lb|s3|down [flags]; local up --help lists the flags\n")
 		os.Exit(2)
 	}
 	cmd := os.Args[1]
@@ -108,6 +111,8 @@ func main() {
 		err = load(ctx, cfg)
 	case "lb":
 		err = runLoadBalancer(ctx, cfg)
+	case "s3":
+		err = runS3(ctx, cfg)
 	case "down":
 		err = down(cfg)
 	}

@@ -41,6 +41,7 @@ func up(ctx context.Context, c config) error {
 		{"run kube-proxy on every node (a DaemonSet)", func() error { return c.installKubeProxy(ctx, len(nodes)) }},
 		{"install the add-ons (CoreDNS, the local-path volume provisioner)", func() error { return c.installAddons(ctx) }},
 		{"start the load balancer of LoadBalancer Services (" + lbPoolFirst + "-" + lbPoolLast + ")", c.startLoadBalancer},
+		{"start the S3-compatible server (http://" + bridgeIP + ":" + s3Port + ", test-only)", c.startS3},
 	}
 	if c.certManager != "" {
 		steps = append(steps, struct {

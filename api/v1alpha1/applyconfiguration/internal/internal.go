@@ -291,6 +291,27 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: snapshotName
       type:
         scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.S3Location
+  map:
+    fields:
+    - name: bucket
+      type:
+        scalar: string
+    - name: credentialsSecretName
+      type:
+        scalar: string
+    - name: endpoint
+      type:
+        scalar: string
+    - name: insecure
+      type:
+        scalar: boolean
+    - name: key
+      type:
+        scalar: string
+    - name: region
+      type:
+        scalar: string
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.SecretKeyReference
   map:
     fields:
@@ -368,6 +389,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.VirtualClusterSnapshotSpec
   map:
     fields:
+    - name: s3
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.S3Location
     - name: size
       type:
         namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
@@ -391,6 +415,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - type
+    - name: location
+      type:
+        scalar: string
     - name: phase
       type:
         namedType: com.github.kubenest-io.kubenest.api.v1alpha1.SnapshotPhase

@@ -17,7 +17,8 @@ import (
 // VirtualClusterSnapshot is a consistent snapshot of a tenant's etcd: every object of the
 // tenant at one revision. The operator takes it once, with etcd's own snapshot API from a
 // member's client port, onto a volume claim of its own (named "<snapshot>-snapshot" in the
-// same namespace, deleted with the snapshot). A new VirtualCluster is made from it with
+// same namespace, deleted with the snapshot) or into an S3-compatible bucket (spec.s3; the
+// object stays when the snapshot is deleted). A new VirtualCluster is made from it with
 // spec.restore.
 type VirtualClusterSnapshotApplyConfiguration struct {
 	v1.TypeMetaApplyConfiguration    `json:""`

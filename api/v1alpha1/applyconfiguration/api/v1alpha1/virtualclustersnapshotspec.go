@@ -9,7 +9,7 @@ import (
 // VirtualClusterSnapshotSpecApplyConfiguration represents a declarative configuration of the VirtualClusterSnapshotSpec type for use
 // with apply.
 //
-// VirtualClusterSnapshotSpec says which tenant to snapshot.
+// VirtualClusterSnapshotSpec says which tenant to snapshot, and where to keep it.
 type VirtualClusterSnapshotSpecApplyConfiguration struct {
 	// virtualClusterName is the VirtualCluster, in the snapshot's namespace, to take.
 	VirtualClusterName *string `json:"virtualClusterName,omitempty"`
@@ -18,6 +18,10 @@ type VirtualClusterSnapshotSpecApplyConfiguration struct {
 	Size *resource.Quantity `json:"size,omitempty"`
 	// storageClassName of the volume claim; unset, the host's default StorageClass.
 	StorageClassName *string `json:"storageClassName,omitempty"`
+	// s3 stores the snapshot as an object of an S3-compatible bucket instead of on a volume
+	// claim. The job that takes it and the etcd pods that restore it reach the endpoint from
+	// the namespace, with the credentials of a Secret there; the operator never does.
+	S3 *S3LocationApplyConfiguration `json:"s3,omitempty"`
 }
 
 // VirtualClusterSnapshotSpecApplyConfiguration constructs a declarative configuration of the VirtualClusterSnapshotSpec type for use with
@@ -47,5 +51,13 @@ func (b *VirtualClusterSnapshotSpecApplyConfiguration) WithSize(value resource.Q
 // If called multiple times, the StorageClassName field is set to the value of the last call.
 func (b *VirtualClusterSnapshotSpecApplyConfiguration) WithStorageClassName(value string) *VirtualClusterSnapshotSpecApplyConfiguration {
 	b.StorageClassName = &value
+	return b
+}
+
+// WithS3 sets the S3 field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the S3 field is set to the value of the last call.
+func (b *VirtualClusterSnapshotSpecApplyConfiguration) WithS3(value *S3LocationApplyConfiguration) *VirtualClusterSnapshotSpecApplyConfiguration {
+	b.S3 = value
 	return b
 }

@@ -20,6 +20,8 @@ type VirtualClusterSnapshotStatusApplyConfiguration struct {
 	SizeBytes *int64 `json:"sizeBytes,omitempty"`
 	// revision is the etcd revision the snapshot holds the tenant at.
 	Revision *int64 `json:"revision,omitempty"`
+	// location of the snapshot: "claim <name>" or "s3://<bucket>/<key>".
+	Location *string `json:"location,omitempty"`
 	// sha256 of the snapshot file, checked again before a restore.
 	SHA256 *string `json:"sha256,omitempty"`
 	// version of Kubernetes the tenant ran when it was taken.
@@ -67,6 +69,14 @@ func (b *VirtualClusterSnapshotStatusApplyConfiguration) WithSizeBytes(value int
 // If called multiple times, the Revision field is set to the value of the last call.
 func (b *VirtualClusterSnapshotStatusApplyConfiguration) WithRevision(value int64) *VirtualClusterSnapshotStatusApplyConfiguration {
 	b.Revision = &value
+	return b
+}
+
+// WithLocation sets the Location field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Location field is set to the value of the last call.
+func (b *VirtualClusterSnapshotStatusApplyConfiguration) WithLocation(value string) *VirtualClusterSnapshotStatusApplyConfiguration {
+	b.Location = &value
 	return b
 }
 

@@ -420,6 +420,8 @@ func lbLogf(format string, args ...any) {
 	fmt.Printf("%s [lb] "+format+"\n", append([]any{time.Now().Format(time.DateTime)}, args...)...)
 }
 
+// copyFile copies a file next to its destination, then renames it there: the destination may
+// be a program that is running (a second process "up" starts from the same copy).
 func copyFile(from, to string, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 		return err
@@ -429,7 +431,8 @@ func copyFile(from, to string, mode os.FileMode) error {
 		return err
 	}
 	defer src.Close()
-	dst, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	tmp := to + ".new"
+	dst, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
 	if err != nil {
 		return err
 	}
@@ -437,5 +440,8 @@ func copyFile(from, to string, mode os.FileMode) error {
 		dst.Close()
 		return err
 	}
-	return dst.Close()
+	if err := dst.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, to)
 }

@@ -72,7 +72,7 @@ func newEtcdSnapshotCommand() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			lg := zap.NewExample()
+			lg := infoLogger()
 			res, err := etcdsnapshot.Save(ctx, lg, clientv3.Config{Endpoints: []string{endpoint}, TLS: tlsConfig, DialTimeout: 10 * time.Second, Logger: lg}, out)
 			if err != nil {
 				return fmt.Errorf("snapshot of %s: %w", endpoint, err)
@@ -138,7 +138,7 @@ func newEtcdRestoreCommand() *cobra.Command {
 			o.PeerURLs = strings.Split(peerURLs, ",")
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			restored, err := etcdsnapshot.Restore(ctx, zap.NewExample(), o)
+			restored, err := etcdsnapshot.Restore(ctx, infoLogger(), o)
 			if err != nil {
 				return err
 			}
@@ -162,4 +162,14 @@ func newEtcdRestoreCommand() *cobra.Command {
 	f.StringVar(&to, "to-service-cidr", "", "the new tenant's Service range")
 	s3.register(f)
 	return cmd
+}
+
+// infoLogger logs etcd's progress at info level to standard error: standard output carries
+// the result, and a failed job's log tail is its message.
+func infoLogger() *zap.Logger {
+	lg, err := zap.NewProduction()
+	if err != nil {
+		return zap.NewNop()
+	}
+	return lg
 }

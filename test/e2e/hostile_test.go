@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -209,8 +211,8 @@ func TestHostileTenant(t *testing.T) {
 		deleteAndCheckGone(t, ctx, minted)
 	})
 
+	admin := namespaceEditor(t, ctx, nsA)
 	t.Run("a host user of the tenant's namespace cannot grant itself privileged pods", func(t *testing.T) {
-		admin := namespaceEditor(t, ctx, nsA)
 		got := &v1alpha1.VirtualCluster{}
 		if err := admin.Get(ctx, client.ObjectKeyFromObject(attacker), got); err != nil {
 			t.Fatal(err)
@@ -220,6 +222,77 @@ func TestHostileTenant(t *testing.T) {
 		got.Spec.Nodes.PodSecurity = ""
 		got.Spec.ControlPlane.APIServer.ExtraArgs = map[string]string{"kubenest-node-pod-security": "privileged"}
 		refused(t, "the namespace's editor setting the guard's flag through extraArgs", admin.Update(ctx, got), "is set by the operator and cannot be overridden")
+	})
+
+	t.Run("snapshots: of another namespace's tenant, restored into another namespace, or taken by a job of its own", func(t *testing.T) {
+		// The victim's snapshot, taken by its own namespace.
+		theirs := &v1alpha1.VirtualClusterSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "victim-data", Namespace: nsV},
+			Spec: v1alpha1.VirtualClusterSnapshotSpec{VirtualClusterName: victim.Name}}
+		if err := host.Create(ctx, theirs); err != nil {
+			t.Fatal(err)
+		}
+		waitSnapshot(t, ctx, theirs, v1alpha1.SnapshotSucceeded)
+
+		// A snapshot in the attacker's namespace names the victim's tenant: names are of the
+		// snapshot's own namespace.
+		steal := &v1alpha1.VirtualClusterSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "steal", Namespace: nsA},
+			Spec: v1alpha1.VirtualClusterSnapshotSpec{VirtualClusterName: victim.Name}}
+		if err := admin.Create(ctx, steal); err != nil {
+			t.Fatal(err)
+		}
+		got := &v1alpha1.VirtualClusterSnapshot{}
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			if admin.Get(ctx, client.ObjectKeyFromObject(steal), got) != nil {
+				return false, nil
+			}
+			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionSnapshotComplete)
+			return c != nil && strings.Contains(c.Message, "there is no VirtualCluster "+victim.Name+" in namespace "+nsA), nil
+		})
+		if err != nil || got.Status.Phase != v1alpha1.SnapshotPending {
+			t.Errorf("a snapshot of another namespace's tenant: %v, status %+v", err, got.Status)
+		}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: "steal-snapshot"}, &batchv1.Job{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a snapshot job runs for it: %v", err)
+		}
+
+		// A tenant of the attacker's namespace made from the victim's snapshot.
+		clone := newVC(nsA, "clone", v1alpha1.ExposureClusterIP)
+		clone.Spec.Restore = &v1alpha1.RestoreSpec{SnapshotName: theirs.Name}
+		if err := admin.Create(ctx, clone); err != nil {
+			t.Fatal(err)
+		}
+		cloned := waitVC(t, ctx, clone, time.Minute, func(v *v1alpha1.VirtualCluster) bool {
+			c := meta.FindStatusCondition(v.Status.Conditions, v1alpha1.ConditionEtcdReady)
+			return c != nil && c.Reason == "RestoreWaiting"
+		})
+		if c := meta.FindStatusCondition(cloned.Status.Conditions, v1alpha1.ConditionEtcdReady); !strings.Contains(c.Message, "there is no VirtualClusterSnapshot "+theirs.Name+" in namespace "+nsA) {
+			t.Errorf("restoring another namespace's snapshot: %s", c.Message)
+		}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: naming.For(clone.Name).EtcdStatefulSet()}, &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the clone has an etcd: %v", err)
+		}
+		deleteAndCheckGone(t, ctx, clone)
+
+		// A job of the attacker's own, made before the snapshot under the name the operator
+		// would give its job, would write the snapshot's status (its digest) and its file.
+		forged := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "forged-snapshot", Namespace: nsA}, Spec: batchv1.JobSpec{
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "main", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever,
+					Command: []string{"sh", "-c", `echo '{"sizeBytes":1,"revision":1,"sha256":"` + strings.Repeat("ab", 32) + `","keys":1}' > /dev/termination-log`}}}}}}}
+		if err := admin.Create(ctx, forged); err != nil {
+			t.Fatal(err)
+		}
+		snap := &v1alpha1.VirtualClusterSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: nsA},
+			Spec: v1alpha1.VirtualClusterSnapshotSpec{VirtualClusterName: attacker.Name}}
+		if err := admin.Create(ctx, snap); err != nil {
+			t.Fatal(err)
+		}
+		snap = waitSnapshot(t, ctx, snap, v1alpha1.SnapshotFailed)
+		c := meta.FindStatusCondition(snap.Status.Conditions, v1alpha1.ConditionSnapshotComplete)
+		t.Logf("a snapshot whose job the attacker made: %s", c.Message)
+		if c.Reason != "JobNotOurs" || snap.Status.SHA256 != "" {
+			t.Errorf("a snapshot whose job the attacker made: %+v", snap.Status)
+		}
 	})
 
 	t.Run("a tenant's control plane is never lent away", func(t *testing.T) {
@@ -323,7 +396,7 @@ func namespaceEditor(t *testing.T, ctx context.Context, ns string) client.Client
 	t.Helper()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "tenant-admin", Namespace: ns}}
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "virtualclusters", Namespace: ns}, Rules: []rbacv1.PolicyRule{{
-		APIGroups: []string{"kubenest.io"}, Resources: []string{"virtualclusters"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}}
+		APIGroups: []string{"kubenest.io"}, Resources: []string{"virtualclusters", "virtualclustersnapshots"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}}
 	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: ns}}
 	for _, obj := range []client.Object{sa, role,
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "tenant-admin-edit", Namespace: ns},

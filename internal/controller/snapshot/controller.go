@@ -41,6 +41,7 @@ const (
 	ReasonTaken      = "Taken"
 	ReasonFailed     = "Failed"
 	ReasonClaimTaken = "ClaimNotOurs"
+	ReasonJobTaken   = "JobNotOurs"
 )
 
 // Reconciler takes VirtualClusterSnapshots.
@@ -117,8 +118,8 @@ func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnap
 		return err
 	}
 
-	// The claim and the job are made once, as the first step; a claim of that name the
-	// operator did not make for this snapshot is never used.
+	// The claim and the job are made once, as the first step; a claim or a job of that name
+	// the operator did not make for this snapshot is never used.
 	claim := &corev1.PersistentVolumeClaim{}
 	if snap.Spec.S3 == nil {
 		err = r.Client.Get(ctx, jobKey, claim)
@@ -131,6 +132,11 @@ func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnap
 		}
 	}
 	err = r.Client.Get(ctx, jobKey, job)
+	if err == nil && !metav1.IsControlledBy(job, snap) {
+		// Its pod's word (the termination message) would become the snapshot's status.
+		r.fail(snap, conds, ReasonJobTaken, fmt.Sprintf("job %s exists and was not made by the operator for this snapshot", job.Name))
+		return nil
+	}
 	if apierrors.IsNotFound(err) {
 		if !meta.IsStatusConditionTrue(vc.Status.Conditions, v1alpha1.ConditionReady) {
 			r.pending(snap, conds, fmt.Sprintf("VirtualCluster %s is not Ready", vc.Name))

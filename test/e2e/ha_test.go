@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -152,7 +153,7 @@ func TestHAUnderFault(t *testing.T) {
 				return false, nil
 			}
 			for _, o := range ops.Items {
-				if o.DeletionTimestamp == nil && podReady(&o) {
+				if o.DeletionTimestamp == nil && podutils.IsPodReady(&o) {
 					return true, nil
 				}
 			}
@@ -169,9 +170,8 @@ func TestHAUnderFault(t *testing.T) {
 		pods := etcdPods()
 		node := pods[len(pods)-1].Spec.NodeName
 		for _, p := range pods {
-			if n := (&corev1.Node{}); host.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, n) == nil &&
-				strings.Contains(vc.Status.Endpoint, "//"+p.Status.HostIP+":") {
-				node = n.Name
+			if strings.Contains(vc.Status.Endpoint, "//"+p.Status.HostIP+":") {
+				node = p.Spec.NodeName
 			}
 		}
 		return drainTenant(t, ctx, ns, node, 20*time.Second)
@@ -326,13 +326,4 @@ func (p *probe) totals() probeStats {
 func (p *probe) stop() {
 	p.cancel()
 	<-p.finished
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

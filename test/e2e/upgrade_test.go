@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
@@ -130,7 +131,7 @@ func TestOperatorUpgrade(t *testing.T) {
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p := &corev1.Pod{}
 		err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: naming.For(pvc.Name).EtcdStatefulSet() + "-0"}, p)
-		return err == nil && p.Spec.Containers[0].Image == image && podReady(p), nil
+		return err == nil && p.Spec.Containers[0].Image == image && podutils.IsPodReady(p), nil
 	})
 	if err != nil {
 		t.Errorf("the claim tenant's etcd did not roll onto %s: %v", image, err)

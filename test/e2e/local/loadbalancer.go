@@ -23,6 +23,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
@@ -348,7 +349,7 @@ func (lb *loadBalancer) servingNodes() []corev1.Node {
 			continue
 		}
 		if slices.ContainsFunc(proxies, func(p *corev1.Pod) bool {
-			return p.Spec.NodeName == n.Name && p.DeletionTimestamp == nil && podReady(p)
+			return p.Spec.NodeName == n.Name && p.DeletionTimestamp == nil && podutils.IsPodReady(p)
 		}) {
 			out = append(out, *n)
 		}
@@ -393,15 +394,6 @@ func nodeIP(n corev1.Node) string {
 func nodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
-	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 
 	"github.com/kubenest-io/kubenest/internal/idlegc"
 )
@@ -123,15 +122,11 @@ the flags of each.
 `)
 }
 
-// newControllerManagerCommand and newSchedulerCommand are the components run apart. They wait
-// until the apiserver their --kubeconfig points at answers /readyz. Upstream, the
+// newControllerManagerCommand and newSchedulerCommand (sharednodefilter.go) are the components
+// run apart. They wait until the apiserver their --kubeconfig points at answers /readyz. Upstream, the
 // controller-manager exits when it starts before the apiserver has bootstrapped its RBAC
 // roles, and its container then waits out a crash-loop back-off; waiting here starts it as
 // soon as the apiserver is ready.
 func newControllerManagerCommand() *cobra.Command {
 	return waitFirst(controllermanager.NewControllerManagerCommand(), "kubeconfig", waitForAPIServer)
-}
-
-func newSchedulerCommand() *cobra.Command {
-	return waitFirst(scheduler.NewSchedulerCommand(), "kubeconfig", waitForAPIServer)
 }

@@ -34,6 +34,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/pkg/naming"
+	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
 
 // Config is one tenant's virtual node.
@@ -267,7 +268,7 @@ func listObjects[T metav1.Object](items []T, err error) ([]metav1.Object, error)
 
 // Labels of the virtual node.
 const (
-	LabelVirtualNode = "kubenest.io/virtual-node"
+	LabelVirtualNode = sharednode.LabelVirtualNode
 )
 
 // describeNode fills in what the virtual node tells the tenant about itself.

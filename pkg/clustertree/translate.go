@@ -7,7 +7,6 @@ package clustertree
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"maps"
 	"net"
 	"net/netip"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/pkg/naming"
+	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
 
 // Labels and annotations of host objects made for tenant objects.
@@ -174,18 +174,7 @@ type Refs struct {
 }
 
 // ForbiddenError says why a tenant pod may not run on the shared node.
-type ForbiddenError struct {
-	Field  string
-	Reason string
-}
-
-func (e *ForbiddenError) Error() string {
-	return fmt.Sprintf("%s: %s", e.Field, e.Reason)
-}
-
-// baselineCapabilities are the capabilities Pod Security's baseline level allows adding.
-var baselineCapabilities = []corev1.Capability{"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID",
-	"KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+type ForbiddenError = sharednode.Refusal
 
 // fieldPaths maps downward-API fields whose host value differs from the tenant's to the host
 // pod annotation that holds the tenant's value.
@@ -202,18 +191,15 @@ var fieldPaths = map[string]string{
 // It returns a *ForbiddenError when the pod asks for host privileges or for something the
 // shared node cannot give.
 func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1.Pod, Refs, error) {
-	if err := checkAllowed(tenant); err != nil {
-		return nil, Refs{}, err
+	if r := sharednode.Check(tenant); r != nil {
+		return nil, Refs{}, r
 	}
 	hostName := HostName(t.VirtualCluster, tenant.Namespace, tenant.Name)
 	refs := &refSet{}
 	name := func(n string) string { return HostName(t.VirtualCluster, tenant.Namespace, n) }
 
 	spec := tenant.Spec.DeepCopy()
-	volumes, err := t.volumes(spec.Volumes, hostName, name, refs)
-	if err != nil {
-		return nil, Refs{}, err
-	}
+	volumes := t.volumes(spec.Volumes, hostName, name, refs)
 	env := t.baseEnv(tenant, services)
 	containers := make([]corev1.Container, 0, len(spec.Containers))
 	for _, c := range spec.Containers {
@@ -463,10 +449,11 @@ func (r *refSet) fieldPath(p string) string {
 	return p
 }
 
-func (t Translator) volumes(in []corev1.Volume, hostPod string, name func(string) string, refs *refSet) ([]corev1.Volume, error) {
+// volumes translates a pod's volumes, which sharednode.Check has allowed: the other types
+// never reach here.
+func (t Translator) volumes(in []corev1.Volume, hostPod string, name func(string) string, refs *refSet) []corev1.Volume {
 	out := make([]corev1.Volume, 0, len(in))
-	for i, v := range in {
-		field := fmt.Sprintf("spec.volumes[%d]", i)
+	for _, v := range in {
 		switch {
 		case v.EmptyDir != nil:
 		case v.ConfigMap != nil:
@@ -498,65 +485,12 @@ func (t Translator) volumes(in []corev1.Volume, hostPod string, name func(string
 						LocalObjectReference: corev1.LocalObjectReference{Name: TokenSecretName(hostPod)},
 						Items:                []corev1.KeyToPath{{Key: key, Path: s.ServiceAccountToken.Path}},
 					}}
-				default:
-					return nil, &ForbiddenError{Field: fmt.Sprintf("%s.projected.sources[%d]", field, j),
-						Reason: "this projected volume source is not supported on the shared node"}
 				}
 			}
-		case v.HostPath != nil:
-			return nil, &ForbiddenError{Field: field + ".hostPath", Reason: "hostPath volumes would reach into the host's nodes and are not allowed on the shared node"}
-		case v.PersistentVolumeClaim != nil:
-			return nil, &ForbiddenError{Field: field + ".persistentVolumeClaim", Reason: "persistent volume claims are not supported on the shared node; use a promoted node"}
-		default:
-			return nil, &ForbiddenError{Field: field, Reason: "this volume type is not supported on the shared node (emptyDir, configMap, secret, downwardAPI and projected are)"}
 		}
 		out = append(out, v)
 	}
-	return out, nil
-}
-
-// checkAllowed refuses what would give a tenant pod the host's privileges.
-func checkAllowed(p *corev1.Pod) error {
-	s := p.Spec
-	switch {
-	case s.HostNetwork:
-		return &ForbiddenError{Field: "spec.hostNetwork", Reason: "pods on the shared node cannot use the host's network"}
-	case s.HostPID:
-		return &ForbiddenError{Field: "spec.hostPID", Reason: "pods on the shared node cannot see the host's processes"}
-	case s.HostIPC:
-		return &ForbiddenError{Field: "spec.hostIPC", Reason: "pods on the shared node cannot use the host's IPC namespace"}
-	case len(s.EphemeralContainers) > 0:
-		return &ForbiddenError{Field: "spec.ephemeralContainers", Reason: "ephemeral containers are not supported on the shared node"}
-	}
-	for _, group := range []struct {
-		kind       string
-		containers []corev1.Container
-	}{{"initContainers", s.InitContainers}, {"containers", s.Containers}} {
-		for i, c := range group.containers {
-			field := fmt.Sprintf("spec.%s[%d]", group.kind, i)
-			for j, port := range c.Ports {
-				if port.HostPort != 0 {
-					return &ForbiddenError{Field: fmt.Sprintf("%s.ports[%d].hostPort", field, j), Reason: "pods on the shared node cannot bind host ports"}
-				}
-			}
-			sc := c.SecurityContext
-			if sc == nil {
-				continue
-			}
-			if sc.Privileged != nil && *sc.Privileged {
-				return &ForbiddenError{Field: field + ".securityContext.privileged", Reason: "privileged containers are not allowed on the shared node"}
-			}
-			if sc.Capabilities != nil {
-				for _, c := range sc.Capabilities.Add {
-					if !slices.Contains(baselineCapabilities, c) {
-						return &ForbiddenError{Field: field + ".securityContext.capabilities.add",
-							Reason: fmt.Sprintf("capability %s is not allowed on the shared node", c)}
-					}
-				}
-			}
-		}
-	}
-	return nil
+	return out
 }
 
 // refSet collects, without duplicates, what a pod refers to.

@@ -1100,6 +1100,14 @@ func TestPodRefused(t *testing.T) {
 			field: "spec.volumes[0]",
 		},
 		{
+			name: "unconfined seccomp profile (past Pod Security baseline)",
+			pod: func(p *corev1.Pod) {
+				p.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}}
+			},
+			field:  "spec",
+			reason: "Unconfined",
+		},
+		{
 			name: "unsupported projected source",
 			pod: volume(corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
 				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}},

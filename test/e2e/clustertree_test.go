@@ -107,8 +107,9 @@ func TestSharedNode(t *testing.T) {
 		if _, err := tenant.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		// The tenant's apiserver refuses to bind it to any node (the shared node would not run
-		// it, and a lent node must not): it stays Pending, and says why.
+		// The tenant's scheduler never binds it to the shared node, which would not run it (and
+		// the tenant's apiserver would refuse to bind it to a lent node): it stays Pending, and
+		// says why.
 		var got *corev1.Pod
 		var scheduled *corev1.PodCondition
 		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -117,13 +118,13 @@ func TestSharedNode(t *testing.T) {
 				return false, nil
 			}
 			for i, c := range got.Status.Conditions {
-				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "KubeNestTenantGuard") {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "the shared node, which refuses this pod") {
 					scheduled = &got.Status.Conditions[i]
 				}
 			}
 			return scheduled != nil, nil
 		})
-		if err != nil || got.Status.Phase != corev1.PodPending || got.Spec.NodeName != "" || !strings.Contains(scheduled.Message, "privileged") {
+		if err != nil || got.Status.Phase != corev1.PodPending || got.Spec.NodeName != "" || !strings.Contains(scheduled.Message, "spec.containers[0].securityContext.privileged") {
 			t.Fatalf("privileged pod: %v; node %q, status %+v", err, got.Spec.NodeName, got.Status)
 		}
 		t.Logf("refused: %s", scheduled.Message)

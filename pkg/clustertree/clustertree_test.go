@@ -249,6 +249,55 @@ func TestSync(t *testing.T) {
 		}
 	})
 
+	t.Run("optional references follow as the tenant's objects come and go", func(t *testing.T) {
+		mustCreate(t, func() error {
+			_, err := tc.CoreV1().Secrets(tenantNS).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "soon-gone"},
+				StringData: map[string]string{"k": "v"}}, metav1.CreateOptions{})
+			return err
+		})
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "optional", Namespace: tenantNS},
+			Spec: corev1.PodSpec{
+				NodeName:   nodeName,
+				Containers: []corev1.Container{{Name: "c", Image: "kubenest.io/busybox:1.35", Command: []string{"sleep", "3600"}}},
+				Volumes: []corev1.Volume{{Name: "opt", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+					{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "later"}, Optional: ptr.To(true)}},
+					{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "soon-gone"}, Optional: ptr.To(true)}},
+				}}}}},
+			},
+		}
+		createTenantPod(t, ctx, tc, pod)
+		waitHostPod(t, ctx, hc, clustertree.HostName(vcName, tenantNS, "optional"))
+		secretCopy := clustertree.HostName(vcName, tenantNS, "soon-gone")
+		if _, err := hc.CoreV1().Secrets(hostNS).Get(ctx, secretCopy, metav1.GetOptions{}); err != nil {
+			t.Fatalf("host copy of the Secret the pod refers to: %v", err)
+		}
+		// A ConfigMap that did not exist when the pod started is copied once the tenant makes
+		// it; a Secret the tenant deletes goes from the host too.
+		mustCreate(t, func() error {
+			_, err := tc.CoreV1().ConfigMaps(tenantNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "later"},
+				Data: map[string]string{"k": "v"}}, metav1.CreateOptions{})
+			return err
+		})
+		if err := tc.CoreV1().Secrets(tenantNS).Delete(ctx, "soon-gone", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			cm, err := hc.CoreV1().ConfigMaps(hostNS).Get(ctx, clustertree.HostName(vcName, tenantNS, "later"), metav1.GetOptions{})
+			if err != nil || cm.Data["k"] != "v" {
+				return false, nil
+			}
+			_, err = hc.CoreV1().Secrets(hostNS).Get(ctx, secretCopy, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		if err != nil {
+			t.Errorf("host copies did not follow the tenant's new ConfigMap and deleted Secret: %v", err)
+		}
+		if err := tc.CoreV1().Pods(tenantNS).Delete(ctx, "optional", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Error(err)
+		}
+	})
+
 	t.Run("host deletion shows in the tenant", func(t *testing.T) {
 		if err := hc.CoreV1().Pods(hostNS).Delete(ctx, hostName, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)

@@ -148,7 +148,7 @@ func Run(ctx context.Context, cfg Config) error {
 			// and the tenant's own controllers make them again elsewhere.
 			owner: metav1.OwnerReference{APIVersion: "kubenest.io/v1alpha1", Kind: "VirtualCluster",
 				Name: cfg.VirtualCluster, UID: cfg.VirtualClusterUID, Controller: ptr.To(true)},
-			host: host, hostREST: cfg.Host, hostPods: hostPods.Lister(), tenant: tenant,
+			host: host, hostREST: cfg.Host, hostPods: hostPods.Lister(), hostPodIndex: hostPods.Informer().GetIndexer(), tenant: tenant,
 			tenantPods: pc.Pods, tenantConfigMaps: pc.ConfigMaps, tenantSecrets: pc.Secrets, tenantServices: pc.Services,
 			recorder: recorder, log: log, refused: map[string]*corev1.Pod{},
 			unreferencedGrace: max(cfg.SyncPeriod, 5*time.Second),
@@ -186,6 +186,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if err := hostPods.Informer().AddIndexers(cache.Indexers{indexRefs: refsIndex}); err != nil {
+		return err
+	}
 	hostConfigMaps.Informer()
 	hostSecrets.Informer()
 	hostInformers.Start(ctx.Done())
@@ -221,6 +224,11 @@ func Run(ctx context.Context, cfg Config) error {
 			func() ([]metav1.Object, error) { return listObjects(hostSecrets.Lister().List(labels.Everything())) })
 	})
 
+	wg.Go(func() {
+		if err := prov.followTenantRefs(ctx, cfg.Tenant, cfg.SyncPeriod); err != nil {
+			log.Error(err, "host copies of tenant ConfigMaps and Secrets follow the tenant only every sync period")
+		}
+	})
 	wg.Go(func() {
 		if err := runServiceMirror(ctx, mirrorConfig{
 			tr: prov.tr, owner: prov.owner, host: host, tenant: tenant, hostPods: hostPods.Informer(),

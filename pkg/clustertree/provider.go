@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -40,7 +41,9 @@ type provider struct {
 	host     kubernetes.Interface
 	hostREST *rest.Config
 	hostPods corev1listers.PodLister
-	tenant   kubernetes.Interface
+	// hostPodIndex is the host pods' cache, indexed by the copies they refer to (indexRefs).
+	hostPodIndex cache.Indexer
+	tenant       kubernetes.Interface
 	// Tenant listers, from virtual-kubelet's informers.
 	tenantPods       corev1listers.PodLister
 	tenantConfigMaps corev1listers.ConfigMapLister
@@ -251,6 +254,9 @@ func (p *provider) GetPods(context.Context) ([]*corev1.Pod, error) {
 func (p *provider) tenantView(tenant, host *corev1.Pod) *corev1.Pod {
 	out := tenant.DeepCopy()
 	out.Status = TenantStatus(host)
+	if out.Status.ObservedGeneration == 0 {
+		SetObservedGeneration(&out.Status, tenant.Status.ObservedGeneration)
+	}
 	for i := range out.Spec.Containers {
 		if i < len(host.Spec.Containers) {
 			out.Spec.Containers[i].Image = host.Spec.Containers[i].Image

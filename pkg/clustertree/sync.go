@@ -172,7 +172,8 @@ func (p *provider) refreshTokens(ctx context.Context, pod *corev1.Pod, hostPod s
 }
 
 // maintain keeps the host copies right, every period until ctx ends: ConfigMaps and Secrets
-// follow the tenant's changes, tokens are renewed, and copies no host pod refers to go.
+// follow the tenant's changes (as they happen too: copies.go), tokens are renewed, and copies
+// no host pod refers to go.
 func (p *provider) maintain(ctx context.Context, period time.Duration, hostConfigMaps, hostSecrets func() ([]metav1.Object, error)) {
 	t := time.NewTicker(period)
 	defer t.Stop()
@@ -222,9 +223,15 @@ func (p *provider) maintainConfigMap(ctx context.Context, o metav1.Object, used 
 		})
 	}
 	ann := o.GetAnnotations()
-	cm, err := p.tenantConfigMaps.ConfigMaps(ann[AnnotationTenantNamespace]).Get(ann[AnnotationTenantName])
+	ns, name := ann[AnnotationTenantNamespace], ann[AnnotationTenantName]
+	cm, err := p.tenantConfigMaps.ConfigMaps(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		// Gone in the tenant: gone in the host, where the kubelet does what it does with a
+		// deleted ConfigMap (copies.go).
+		return p.deleteCopy(ctx, tenantRef{kind: kindConfigMap, namespace: ns, name: name}, o.GetName())
+	}
 	if err != nil {
-		return nil // gone in the tenant: the pods keep the last copy, as a kubelet would
+		return err
 	}
 	return p.upsertConfigMap(ctx, cm)
 }
@@ -254,8 +261,11 @@ func (p *provider) maintainSecret(ctx context.Context, o metav1.Object, used boo
 		return p.refreshTokens(ctx, pod, HostName(p.tr.VirtualCluster, ns, name), refs.TokenSources)
 	}
 	s, err := p.tenantSecrets.Secrets(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return p.deleteCopy(ctx, tenantRef{kind: kindSecret, namespace: ns, name: name}, o.GetName())
+	}
 	if err != nil {
-		return nil
+		return err
 	}
 	return p.upsertSecret(ctx, p.tr.Object(s.ObjectMeta), s.Type, s.Data)
 }

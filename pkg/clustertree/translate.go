@@ -44,6 +44,9 @@ const (
 	// AnnotationTenantMetadata is a digest of the tenant pod's labels and annotations the host
 	// pod was last made from: when it differs, the host pod's are made again.
 	AnnotationTenantMetadata = "kubenest.io/tenant-metadata"
+	// AnnotationTenantGeneration is the tenant pod's generation the host pod was last made
+	// from: the tenant pod's status.observedGeneration once the host's kubelet has seen it.
+	AnnotationTenantGeneration = "kubenest.io/tenant-generation"
 )
 
 // tenantKeyDomain is where a tenant pod's label keys (and the annotation keys its downward API
@@ -291,10 +294,29 @@ func (t Translator) Object(tenant metav1.ObjectMeta) metav1.ObjectMeta {
 }
 
 // TenantStatus is the tenant pod's status for a host pod's: what ran, where, with which IP.
+//
+// Generations are the tenant's: once the host's kubelet has seen the host pod's latest
+// generation, the pod and its conditions observed the tenant generation the host pod was made
+// from (AnnotationTenantGeneration); until then ObservedGeneration is 0, for the caller to keep
+// what the tenant pod had.
 func TenantStatus(host *corev1.Pod) corev1.PodStatus {
 	s := *host.Status.DeepCopy()
 	s.NominatedNodeName = ""
+	var observed int64
+	if gen, err := strconv.ParseInt(host.Annotations[AnnotationTenantGeneration], 10, 64); err == nil &&
+		(host.Status.ObservedGeneration == 0 || host.Status.ObservedGeneration >= host.Generation) {
+		observed = gen
+	}
+	SetObservedGeneration(&s, observed)
 	return s
+}
+
+// SetObservedGeneration sets the generation a pod status and its conditions observed.
+func SetObservedGeneration(s *corev1.PodStatus, gen int64) {
+	s.ObservedGeneration = gen
+	for i := range s.Conditions {
+		s.Conditions[i].ObservedGeneration = gen
+	}
 }
 
 // HostSelector selects the host objects clustertree made for a VirtualCluster.
@@ -327,6 +349,7 @@ func (r *refSet) annotations(tenant *corev1.Pod) map[string]string {
 		AnnotationTenantNode:           tenant.Spec.NodeName,
 		AnnotationTenantServiceAccount: tenant.Spec.ServiceAccountName,
 		AnnotationTenantMetadata:       MetadataDigest(tenant),
+		AnnotationTenantGeneration:     strconv.FormatInt(tenant.Generation, 10),
 	}
 	// A missing label or annotation reads as empty, on the host as in the tenant.
 	for k := range r.annotationKeys {

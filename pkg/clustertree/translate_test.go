@@ -46,7 +46,7 @@ func hn(name string) string { return HostName(trVC, trNS, name) }
 func testTenantPod() *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: "web", Namespace: trNS, UID: trUID,
+			Name: "web", Namespace: trNS, UID: trUID, Generation: 3,
 			Labels:      map[string]string{"app": "web"},
 			Annotations: map[string]string{"note": "hello"},
 		},
@@ -313,6 +313,7 @@ func TestPod(t *testing.T) {
 					AnnotationTenantNode:           trNode,
 					AnnotationTenantServiceAccount: trSA,
 					AnnotationTenantMetadata:       MetadataDigest(tenant),
+					AnnotationTenantGeneration:     "3",
 				}
 				if !reflect.DeepEqual(host.Annotations, wantAnnotations) {
 					t.Errorf("annotations = %v, want %v", host.Annotations, wantAnnotations)
@@ -326,8 +327,8 @@ func TestPod(t *testing.T) {
 				if !reflect.DeepEqual(host.Labels, HostSelector(trVC)) {
 					t.Errorf("labels = %v, want %v", host.Labels, HostSelector(trVC))
 				}
-				if host.Annotations[AnnotationTenantName] != "web" || len(host.Annotations) != 6 {
-					t.Errorf("annotations = %v, want KubeNest's six", host.Annotations)
+				if host.Annotations[AnnotationTenantName] != "web" || len(host.Annotations) != 7 {
+					t.Errorf("annotations = %v, want KubeNest's seven", host.Annotations)
 				}
 			},
 		},
@@ -1335,6 +1336,24 @@ func hostRunningStatus() corev1.PodStatus {
 	}
 }
 
+func TestTenantStatusGeneration(t *testing.T) {
+	host := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Generation: 4, Annotations: map[string]string{AnnotationTenantGeneration: "7"}},
+		Status: hostRunningStatus()}
+	host.Status.ObservedGeneration = 4
+	for i := range host.Status.Conditions {
+		host.Status.Conditions[i].ObservedGeneration = 4
+	}
+	got := TenantStatus(host)
+	if got.ObservedGeneration != 7 || got.Conditions[0].ObservedGeneration != 7 {
+		t.Errorf("the host's kubelet saw the host pod made from tenant generation 7: observed %d, condition %d, want 7",
+			got.ObservedGeneration, got.Conditions[0].ObservedGeneration)
+	}
+	host.Generation = 5 // updated, not yet seen by the host's kubelet
+	if got := TenantStatus(host); got.ObservedGeneration != 0 || got.Conditions[0].ObservedGeneration != 0 {
+		t.Errorf("the host's kubelet has not seen the host pod's generation 5: observed %d, want 0 (unknown)", got.ObservedGeneration)
+	}
+}
+
 func TestTenantStatus(t *testing.T) {
 	host := &corev1.Pod{Status: hostRunningStatus()}
 	got := TenantStatus(host)
@@ -1435,6 +1454,7 @@ func TestTenantView(t *testing.T) {
 		want := tenant.DeepCopy()
 		want.Status = hostRunningStatus()
 		want.Status.NominatedNodeName = ""
+		SetObservedGeneration(&want.Status, tenant.Generation)
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("tenantView of a fresh host pod = %+v,\nwant the tenant pod with the host's status %+v", got, want)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -121,6 +122,8 @@ func (p *provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := p.syncRefs(ctx, pod, hostName, refs); err != nil {
 		return err
 	}
+	ephemeral := hostPod.Spec.EphemeralContainers
+	hostPod.Spec.EphemeralContainers = nil // never part of a create
 	created, err := p.host.CoreV1().Pods(p.tr.HostNamespace).Create(ctx, hostPod, metav1.CreateOptions{FieldManager: fieldManager})
 	if apierrors.IsInvalid(err) || (apierrors.IsForbidden(err) && strings.Contains(err.Error(), "violates PodSecurity")) {
 		// The host refused it for good (Pod Security admission, say): the tenant hears why.
@@ -133,6 +136,30 @@ func (p *provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	if created != nil {
 		p.send(p.tenantView(pod, created))
+		return p.addEphemeralContainers(ctx, pod, created, ephemeral)
+	}
+	return nil
+}
+
+// addEphemeralContainers adds to the host pod the ephemeral containers of want it lacks
+// (kubectl debug in the tenant); the host's Pod Security admission checks them too.
+func (p *provider) addEphemeralContainers(ctx context.Context, tenant, current *corev1.Pod, want []corev1.EphemeralContainer) error {
+	next := current.DeepCopy()
+	for _, ec := range want {
+		if !slices.ContainsFunc(current.Spec.EphemeralContainers, func(c corev1.EphemeralContainer) bool { return c.Name == ec.Name }) {
+			next.Spec.EphemeralContainers = append(next.Spec.EphemeralContainers, ec)
+		}
+	}
+	if len(next.Spec.EphemeralContainers) == len(current.Spec.EphemeralContainers) {
+		return nil
+	}
+	_, err := p.host.CoreV1().Pods(p.tr.HostNamespace).UpdateEphemeralContainers(ctx, next.Name, next, metav1.UpdateOptions{FieldManager: fieldManager})
+	if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+		p.recorder.Event(tenant, corev1.EventTypeWarning, ReasonForbidden, "the host cluster refused the ephemeral container: "+err.Error())
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("adding ephemeral containers to host pod %s: %w", next.Name, err)
 	}
 	return nil
 }
@@ -158,9 +185,18 @@ func (p *provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	want, _, err := p.tr.Pod(pod, services)
+	want, refs, err := p.tr.Pod(pod, services)
+	var forbidden *ForbiddenError
+	if errors.As(err, &forbidden) {
+		// A refused pod has no host pod to update; a running one that asks for more than the
+		// shared node gives (a privileged ephemeral container, say) hears why.
+		if _, running := p.hostPods.Pods(p.tr.HostNamespace).Get(HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name)); running == nil {
+			p.recorder.Event(pod, corev1.EventTypeWarning, ReasonForbidden, "refused by the shared node: "+forbidden.Error())
+		}
+		return nil
+	}
 	if err != nil {
-		return nil // refused pods have no host pod to update
+		return err
 	}
 	current, err := p.hostPods.Pods(p.tr.HostNamespace).Get(want.Name)
 	if err != nil {
@@ -179,8 +215,18 @@ func (p *provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 			next.Spec.InitContainers[i].Image = want.Spec.InitContainers[i].Image
 		}
 	}
-	_, err = p.host.CoreV1().Pods(p.tr.HostNamespace).Update(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager})
-	return err
+	updated, err := p.host.CoreV1().Pods(p.tr.HostNamespace).Update(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager})
+	if err != nil {
+		return err
+	}
+	if len(want.Spec.EphemeralContainers) == 0 {
+		return nil
+	}
+	// What a new ephemeral container refers to is copied first.
+	if err := p.syncRefs(ctx, pod, want.Name, refs); err != nil {
+		return err
+	}
+	return p.addEphemeralContainers(ctx, pod, updated, want.Spec.EphemeralContainers)
 }
 
 // DeletePod deletes the host pod, with the tenant pod's grace period. Its end is reported
@@ -268,6 +314,14 @@ func (p *provider) tenantView(tenant, host *corev1.Pod) *corev1.Pod {
 		}
 	}
 	out.Spec.ActiveDeadlineSeconds = host.Spec.ActiveDeadlineSeconds
+	// The ephemeral containers the host pod has: virtual-kubelet calls UpdatePod, which adds
+	// them, while the tenant's has more.
+	out.Spec.EphemeralContainers = slices.DeleteFunc(out.Spec.EphemeralContainers, func(ec corev1.EphemeralContainer) bool {
+		return !slices.ContainsFunc(host.Spec.EphemeralContainers, func(h corev1.EphemeralContainer) bool { return h.Name == ec.Name })
+	})
+	if len(out.Spec.EphemeralContainers) == 0 {
+		out.Spec.EphemeralContainers = nil
+	}
 	// The host pod carries the tenant's labels translated and none of its annotations, so they
 	// are not read back; the host pod says instead (AnnotationTenantMetadata) which labels and
 	// annotations of the tenant's it was made from. virtual-kubelet calls UpdatePod only when

@@ -212,6 +212,13 @@ func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1
 	for _, c := range spec.InitContainers {
 		inits = append(inits, t.container(c, env, name, refs))
 	}
+	// Ephemeral containers are added to a running pod (kubectl debug), never made with it:
+	// the provider adds them to the host pod through its ephemeralcontainers subresource.
+	var ephemeral []corev1.EphemeralContainer
+	for _, ec := range spec.EphemeralContainers {
+		ec.EphemeralContainerCommon = corev1.EphemeralContainerCommon(t.container(corev1.Container(ec.EphemeralContainerCommon), env, name, refs))
+		ephemeral = append(ephemeral, ec)
+	}
 	var pullSecrets []corev1.LocalObjectReference
 	for _, s := range spec.ImagePullSecrets {
 		refs.secret(s.Name, true)
@@ -236,6 +243,7 @@ func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1
 			Volumes:                       volumes,
 			InitContainers:                inits,
 			Containers:                    containers,
+			EphemeralContainers:           ephemeral,
 			RestartPolicy:                 spec.RestartPolicy,
 			TerminationGracePeriodSeconds: spec.TerminationGracePeriodSeconds,
 			ActiveDeadlineSeconds:         spec.ActiveDeadlineSeconds,

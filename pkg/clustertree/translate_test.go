@@ -1013,11 +1013,12 @@ func TestPodRefused(t *testing.T) {
 		{name: "hostPID", pod: func(p *corev1.Pod) { p.Spec.HostPID = true }, field: "spec.hostPID"},
 		{name: "hostIPC", pod: func(p *corev1.Pod) { p.Spec.HostIPC = true }, field: "spec.hostIPC"},
 		{
-			name: "ephemeral containers",
+			name: "privileged ephemeral container",
 			pod: func(p *corev1.Pod) {
-				p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "busybox"}}}
+				p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debug", Image: "busybox",
+					SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}}
 			},
-			field: "spec.ephemeralContainers",
+			field: "spec.ephemeralContainers[0].securityContext.privileged",
 		},
 		{
 			name: "hostPort",

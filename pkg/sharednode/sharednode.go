@@ -48,8 +48,8 @@ var baseline = func() policy.Evaluator {
 
 // Check returns why the shared node refuses pod, or nil when it runs it: host privileges
 // (host namespaces and ports, privileged containers, capabilities past Pod Security's
-// baseline, anything else baseline forbids), volumes the shared node cannot give, and
-// ephemeral containers. The specific checks come first, for a message naming the field.
+// baseline, anything else baseline forbids, in any container, ephemeral ones too) and volumes
+// the shared node cannot give. The specific checks come first, for a message naming the field.
 func Check(pod *corev1.Pod) *Refusal {
 	if r := checkHost(&pod.Spec); r != nil {
 		return r
@@ -73,13 +73,15 @@ func checkHost(s *corev1.PodSpec) *Refusal {
 		return &Refusal{Field: "spec.hostPID", Reason: "pods on the shared node cannot see the host's processes"}
 	case s.HostIPC:
 		return &Refusal{Field: "spec.hostIPC", Reason: "pods on the shared node cannot use the host's IPC namespace"}
-	case len(s.EphemeralContainers) > 0:
-		return &Refusal{Field: "spec.ephemeralContainers", Reason: "ephemeral containers are not supported on the shared node"}
+	}
+	ephemeral := make([]corev1.Container, 0, len(s.EphemeralContainers))
+	for _, ec := range s.EphemeralContainers {
+		ephemeral = append(ephemeral, corev1.Container(ec.EphemeralContainerCommon))
 	}
 	for _, group := range []struct {
 		kind       string
 		containers []corev1.Container
-	}{{"initContainers", s.InitContainers}, {"containers", s.Containers}} {
+	}{{"initContainers", s.InitContainers}, {"containers", s.Containers}, {"ephemeralContainers", ephemeral}} {
 		for i, c := range group.containers {
 			field := fmt.Sprintf("spec.%s[%d]", group.kind, i)
 			for j, port := range c.Ports {

@@ -96,6 +96,34 @@ func TestSharedNode(t *testing.T) {
 		}
 	})
 
+	t.Run("kubectl debug adds an ephemeral container to a pod", func(t *testing.T) {
+		// The baseline profile: kubectl's default one adds SYS_PTRACE, past Pod Security
+		// baseline, which the tenant guard refuses on any node (saying so).
+		kubectl(t, "--kubeconfig", kubeconfig, "debug", pod, "--profile=baseline", "--image", BusyboxImage, "--container", "debugger",
+			"--", "sh", "-c", "while true; do echo polo; sleep 2; done")
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := tenant.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, s := range p.Status.EphemeralContainerStatuses {
+				if s.Name == "debugger" && s.State.Running != nil {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("ephemeral container debugger never Running in the tenant's pod status: %v", err)
+		}
+		if out := kubectl(t, "--kubeconfig", kubeconfig, "exec", pod, "-c", "debugger", "--", "echo", "marco"); strings.TrimSpace(out) != "marco" {
+			t.Errorf("kubectl exec in the ephemeral container: %q", out)
+		}
+		if logs := kubectl(t, "--kubeconfig", kubeconfig, "logs", pod, "-c", "debugger"); !strings.Contains(logs, "polo") {
+			t.Errorf("kubectl logs of the ephemeral container: %q", logs)
+		}
+	})
+
 	t.Run("a privileged pod is refused with a message", func(t *testing.T) {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "default"},

@@ -14,6 +14,7 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -141,6 +142,25 @@ func (p *provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
+// withResources is current with the containers' resources of want, or nil when they are the
+// same.
+func withResources(current, want *corev1.Pod) *corev1.Pod {
+	next := current.DeepCopy()
+	changed := false
+	for _, pair := range [][2][]corev1.Container{{next.Spec.Containers, want.Spec.Containers}, {next.Spec.InitContainers, want.Spec.InitContainers}} {
+		for i := range min(len(pair[0]), len(pair[1])) {
+			if !equality.Semantic.DeepEqual(pair[0][i].Resources, pair[1][i].Resources) {
+				pair[0][i].Resources = pair[1][i].Resources
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return next
+}
+
 // addEphemeralContainers adds to the host pod the ephemeral containers of want it lacks
 // (kubectl debug in the tenant); the host's Pod Security admission checks them too.
 func (p *provider) addEphemeralContainers(ctx context.Context, tenant, current *corev1.Pod, want []corev1.EphemeralContainer) error {
@@ -218,6 +238,18 @@ func (p *provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	updated, err := p.host.CoreV1().Pods(p.tr.HostNamespace).Update(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager})
 	if err != nil {
 		return err
+	}
+	// An in-place resize of the tenant pod is one of the host pod, through its resize
+	// subresource; the host's kubelet reports how it went in the status the tenant sees.
+	if resized := withResources(updated, want); resized != nil {
+		updated, err = p.host.CoreV1().Pods(p.tr.HostNamespace).UpdateResize(ctx, resized.Name, resized, metav1.UpdateOptions{FieldManager: fieldManager})
+		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+			p.recorder.Event(pod, corev1.EventTypeWarning, ReasonForbidden, "the host cluster refused the resize: "+err.Error())
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("resizing host pod %s: %w", resized.Name, err)
+		}
 	}
 	if len(want.Spec.EphemeralContainers) == 0 {
 		return nil
@@ -306,11 +338,13 @@ func (p *provider) tenantView(tenant, host *corev1.Pod) *corev1.Pod {
 	for i := range out.Spec.Containers {
 		if i < len(host.Spec.Containers) {
 			out.Spec.Containers[i].Image = host.Spec.Containers[i].Image
+			out.Spec.Containers[i].Resources = host.Spec.Containers[i].Resources
 		}
 	}
 	for i := range out.Spec.InitContainers {
 		if i < len(host.Spec.InitContainers) {
 			out.Spec.InitContainers[i].Image = host.Spec.InitContainers[i].Image
+			out.Spec.InitContainers[i].Resources = host.Spec.InitContainers[i].Resources
 		}
 	}
 	out.Spec.ActiveDeadlineSeconds = host.Spec.ActiveDeadlineSeconds

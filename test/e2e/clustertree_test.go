@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -121,6 +122,50 @@ func TestSharedNode(t *testing.T) {
 		}
 		if logs := kubectl(t, "--kubeconfig", kubeconfig, "logs", pod, "-c", "debugger"); !strings.Contains(logs, "polo") {
 			t.Errorf("kubectl logs of the ephemeral container: %q", logs)
+		}
+	})
+
+	t.Run("an in-place resize reaches the host pod's cgroup", func(t *testing.T) {
+		rz := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "resize", Namespace: "default"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "c", Image: BusyboxImage, Command: []string{"sleep", "3600"},
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+				},
+			}}},
+		}
+		if _, err := tenant.CoreV1().Pods("default").Create(ctx, rz, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = tenant.CoreV1().Pods("default").Delete(ctx, "resize", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		}()
+		running := func(want string) func(ctx context.Context) (bool, error) {
+			return func(ctx context.Context) (bool, error) {
+				p, err := tenant.CoreV1().Pods("default").Get(ctx, "resize", metav1.GetOptions{})
+				if err != nil || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].Resources == nil {
+					return false, nil
+				}
+				limit := p.Status.ContainerStatuses[0].Resources.Limits[corev1.ResourceCPU]
+				return limit.String() == want && p.Status.ObservedGeneration == p.Generation, nil
+			}
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, running("200m")); err != nil {
+			t.Fatalf("pod resize not Running with a 200m CPU limit: %v", err)
+		}
+		patch := []byte(`{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"150m"},"limits":{"cpu":"300m"}}}]}}`)
+		if _, err := tenant.CoreV1().Pods("default").Patch(ctx, "resize", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "resize"); err != nil {
+			t.Fatalf("resizing: %v", err)
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, running("300m")); err != nil {
+			t.Fatalf("the tenant pod's status never showed the 300m CPU limit: %v", err)
+		}
+		// cgroup v2, or v1 as on the local cluster: 300m is a quota of 30000 per 100000 µs.
+		out := kubectl(t, "--kubeconfig", kubeconfig, "exec", "resize", "--", "sh", "-c", "cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+		if !strings.HasPrefix(strings.TrimSpace(out), "30000") {
+			t.Errorf("the container's CPU quota after the resize: %q, want 30000", out)
 		}
 	})
 

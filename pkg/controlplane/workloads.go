@@ -635,7 +635,11 @@ func apiServerFlags(vc *v1alpha1.VirtualCluster, s Settings) Flags {
 			"kubenest-kube-proxy-image":  s.Image,
 		},
 		Defaults: map[string]string{
-			"enable-admission-plugins":        "NodeRestriction",
+			"enable-admission-plugins": "NodeRestriction",
+			// The issuer's OIDC discovery document points at its keys by the issuer's own
+			// name, which every tenant pod resolves and the serving certificate holds;
+			// upstream's default, the advertised address, is the pod's IP, which it does not.
+			"service-account-jwks-uri":        "https://kubernetes.default.svc." + TenantClusterDomain + "/openid/v1/jwks",
 			"kubelet-preferred-address-types": "InternalIP,ExternalIP,Hostname",
 			"profiling":                       "false",
 		},

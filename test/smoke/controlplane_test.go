@@ -5,6 +5,7 @@ package smoke
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,7 @@ func TestControlPlaneProcesses(t *testing.T) {
 		t.Errorf("listing Services as the tenant's CoreDNS once the tenant is ready: %v", err)
 	}
 	checkOpenAPI(ctx, t, client)
+	checkIssuerDiscovery(ctx, t, client)
 
 	// The apiserver's etcd clients (one per resource, compactor and health check: about 60)
 	// share one connection (cmd/nest-controlplane/etcdclients.go); the health checks' status
@@ -226,5 +228,31 @@ func checkOpenAPI(ctx context.Context, t *testing.T, client kubernetes.Interface
 	}
 	if len(v2.GetDefinitions().GetAdditionalProperties()) < 100 {
 		t.Errorf("OpenAPI v2 has %d definitions", len(v2.GetDefinitions().GetAdditionalProperties()))
+	}
+}
+
+// checkIssuerDiscovery checks that the service-account issuer's OIDC discovery document points
+// at its keys by the issuer's name, which tenant pods resolve and the serving certificate
+// holds (not the apiserver pod's IP), and that the keys are served there.
+func checkIssuerDiscovery(ctx context.Context, t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	body, err := client.CoreV1().RESTClient().Get().AbsPath("/.well-known/openid-configuration").DoRaw(ctx)
+	if err != nil {
+		t.Errorf("OIDC discovery document: %v", err)
+		return
+	}
+	var doc struct {
+		Issuer  string `json:"issuer"`
+		JWKSURI string `json:"jwks_uri"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Errorf("OIDC discovery document %s: %v", body, err)
+		return
+	}
+	if doc.JWKSURI != doc.Issuer+"/openid/v1/jwks" {
+		t.Errorf("jwks_uri %q, want the issuer's %q", doc.JWKSURI, doc.Issuer+"/openid/v1/jwks")
+	}
+	if _, err := client.CoreV1().RESTClient().Get().AbsPath("/openid/v1/jwks").DoRaw(ctx); err != nil {
+		t.Errorf("the issuer's keys: %v", err)
 	}
 }

@@ -41,12 +41,13 @@ func all(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	run("snapshot", func() ([]Figure, error) { return snapshotRestore(ctx, e, nil) })
 	// The density tenants, once idle, are the ones whose memory is measured.
 	run("density and memory", func() ([]Figure, error) {
+		opts := parseDensity([]string{fmt.Sprintf("--cap=%d", *limit)})
 		ns, cleanup, err := namespace(ctx, e, "bench-density")
 		if err != nil {
 			return nil, err
 		}
 		defer cleanup()
-		d, err := runDensity(ctx, e, ns, []string{fmt.Sprintf("--cap=%d", *limit)})
+		d, err := runDensity(ctx, e, ns, opts)
 		if err != nil {
 			return d.figures, err
 		}

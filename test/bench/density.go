@@ -25,45 +25,55 @@ type densityResult struct {
 // density creates idle tenants one by one until one is not Ready in time, the host runs short
 // of memory, or the cap is reached.
 func density(ctx context.Context, e *env, args []string) ([]Figure, error) {
+	opts := parseDensity(args) // before anything is made: --help exits here
 	ns, cleanup, err := namespace(ctx, e, "bench-density")
 	if err != nil {
 		return nil, err
 	}
 	defer cleanup()
-	r, err := runDensity(ctx, e, ns, args)
+	r, err := runDensity(ctx, e, ns, opts)
 	return r.figures, err
 }
 
-func runDensity(ctx context.Context, e *env, ns string, args []string) (densityResult, error) {
+type densityOptions struct {
+	limit        int
+	timeout      time.Duration
+	minAvailable int
+}
+
+func parseDensity(args []string) densityOptions {
 	fs := flag.NewFlagSet("density", flag.ExitOnError)
 	limit := fs.Int("cap", 8, "at most this many tenants")
 	timeout := fs.Duration("timeout", 3*time.Minute, "a tenant not Ready within this long ends the run")
 	minAvailable := fs.Int("min-available-mib", 2048, "the run ends when the host has less memory available than this")
 	_ = fs.Parse(args)
+	return densityOptions{limit: *limit, timeout: *timeout, minAvailable: *minAvailable}
+}
 
+func runDensity(ctx context.Context, e *env, ns string, opts densityOptions) (densityResult, error) {
 	before, err := hostMemory()
 	if err != nil {
 		return densityResult{}, err
 	}
 	res := densityResult{before: before}
 	var first, last time.Duration
-	stop := fmt.Sprintf("the cap (%d)", *limit)
-	for i := range *limit {
+	stop := fmt.Sprintf("the cap (%d)", opts.limit)
+	for i := range opts.limit {
 		m, err := hostMemory()
 		if err != nil {
 			return res, err
 		}
-		if m.available < uint64(*minAvailable)*mib {
-			stop = fmt.Sprintf("host memory available below %d MiB", *minAvailable)
+		if m.available < uint64(opts.minAvailable)*mib {
+			stop = fmt.Sprintf("host memory available below %d MiB", opts.minAvailable)
 			break
 		}
 		vc := benchVC(ns, fmt.Sprintf("dense-%d", i))
 		start := time.Now()
-		if _, err := readyTenant(ctx, e, vc, *timeout); err != nil {
+		if _, err := readyTenant(ctx, e, vc, opts.timeout); err != nil {
 			if ctx.Err() != nil {
 				return res, ctx.Err()
 			}
-			stop = fmt.Sprintf("tenant %d not Ready within %s", i+1, *timeout)
+			stop = fmt.Sprintf("tenant %d not Ready within %s", i+1, opts.timeout)
 			break
 		}
 		d := time.Since(start)
@@ -81,7 +91,7 @@ func runDensity(ctx context.Context, e *env, ns string, args []string) (densityR
 	load, _ := os.ReadFile("/proc/loadavg")
 	load1, _ := strconv.ParseFloat(strings.Fields(string(load) + " 0")[0], 64)
 	n := len(res.tenants)
-	method := fmt.Sprintf("tenants (NodePort, 1 etcd member on emptyDir) created one by one, each when the one before was Ready and answered, until %s; host memory from /proc/meminfo of this machine (the local cluster's nodes are its network namespaces), MemTotal - MemAvailable", stop)
+	method := fmt.Sprintf("tenants (NodePort, 1 etcd member on a claim of the default StorageClass) created one by one, each when the one before was Ready and answered, until %s; host memory from /proc/meminfo of this machine (the local cluster's nodes are its network namespaces), MemTotal - MemAvailable", stop)
 	res.figures = []Figure{
 		{"density: tenants Ready", float64(n), "tenants", method},
 		{"density: host memory used before", float64(before.used()) / mib, "MiB", method},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -29,11 +30,23 @@ const labelBench = "kubenest.io/bench"
 // returns deletes the namespace, with everything in it, and waits until it is gone.
 func namespace(ctx context.Context, e *env, name string) (string, func(), error) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labelBench: "true"}}}
-	if err := e.host.Create(ctx, ns); err != nil {
+	err := e.host.Create(ctx, ns)
+	if apierrors.IsAlreadyExists(err) {
+		// Left by an earlier run that was stopped: its tenants and the namespace go first. A
+		// namespace of that name that is not a benchmark's is not touched.
+		old := &corev1.Namespace{}
+		if err := e.host.Get(ctx, client.ObjectKey{Name: name}, old); err == nil && old.Labels[labelBench] != "true" {
+			return "", nil, fmt.Errorf("namespace %s exists and is not a benchmark's (no %s label): not using it", name, labelBench)
+		}
+		fmt.Printf("removing namespace %s, left by an earlier run\n", name)
+		deleteNamespace(e, name)
+		err = e.host.Create(ctx, ns.DeepCopy())
+	}
+	if err != nil {
 		return "", nil, fmt.Errorf("creating namespace %s: %w", name, err)
 	}
 	cleanup := func() { deleteNamespace(e, name) }
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		return e.host.Get(ctx, client.ObjectKey{Namespace: name, Name: "default"}, &corev1.ServiceAccount{}) == nil, nil
 	})
 	if err != nil {

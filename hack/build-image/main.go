@@ -1,7 +1,8 @@
 // Command build-image assembles a container image from local files, without Docker or a base
 // image, with go-containerregistry, and writes it as a tarball that `ctr images import` (and
 // `docker load`) accept. The project's static binaries need nothing else; a dynamically linked
-// program comes with its libraries as more --file flags (see hack/iptables-files).
+// program comes with its libraries as more --file flags (see hack/iptables-files and
+// hack/conformance/program-files).
 //
 //	go run ./hack/build-image --ref kubenest.io/kubenest:v1 --out _output/images/kubenest.tar \
 //	    --file /usr/local/bin/nest-operator=_output/bin/nest-operator
@@ -19,6 +20,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,12 +40,16 @@ func (m *mappings) String() string     { return strings.Join(*m, ",") }
 func (m *mappings) Set(v string) error { *m = append(*m, v); return nil }
 
 func main() {
-	var files, links, env mappings
+	var files, links, env, dirs, modes mappings
 	ref := flag.String("ref", "", "Image reference the tarball is tagged with, for example kubenest.io/kubenest:v0.1.0.")
 	out := flag.String("out", "", "Tarball to write.")
-	user := flag.String("user", "65532:65532", "User the image runs as.")
+	user := flag.String("user", "65532:65532", "User the image runs as; empty for the runtime's default (root).")
 	entrypoint := flag.String("entrypoint", "", "Entrypoint, as a comma-separated argv; empty for none.")
-	flag.Var(&files, "file", "IMAGE_PATH=LOCAL_PATH: put a local file into the image, executable. Repeatable.")
+	cmd := flag.String("cmd", "", "Cmd (the entrypoint's default arguments), as a comma-separated argv; empty for none.")
+	workdir := flag.String("workdir", "", "Working directory of the image's processes; empty for the runtime's default (/).")
+	flag.Var(&files, "file", "IMAGE_PATH=LOCAL_PATH: put a local file into the image, executable (see --mode). Repeatable.")
+	flag.Var(&modes, "mode", "IMAGE_PATH=OCTAL: the mode of a --file other than 0755, for example 0644 or 04755 (setuid). Repeatable.")
+	flag.Var(&dirs, "dir", "IMAGE_PATH: an empty directory (mode 0755) in the image. Repeatable.")
 	flag.Var(&links, "link", "IMAGE_PATH=TARGET: a symbolic link in the image. Repeatable.")
 	flag.Var(&env, "env", "NAME=VALUE: an environment variable of the image. Repeatable.")
 	flag.Usage = func() {
@@ -51,13 +57,20 @@ func main() {
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if err := run(*ref, *out, *user, *entrypoint, files, links, env); err != nil {
+	spec := imageSpec{user: *user, entrypoint: *entrypoint, cmd: *cmd, workdir: *workdir, env: env}
+	if err := run(*ref, *out, spec, files, links, dirs, modes); err != nil {
 		fmt.Fprintf(os.Stderr, "build-image: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(ref, out, user, entrypoint string, files, links, env []string) error {
+// imageSpec is the image's configuration: how its processes run.
+type imageSpec struct {
+	user, entrypoint, cmd, workdir string
+	env                            []string
+}
+
+func run(ref, out string, spec imageSpec, files, links, dirs, modes []string) error {
 	if ref == "" || out == "" || len(files) == 0 {
 		return fmt.Errorf("--ref, --out and at least one --file are required; see --help")
 	}
@@ -65,7 +78,11 @@ func run(ref, out, user, entrypoint string, files, links, env []string) error {
 	if err != nil {
 		return fmt.Errorf("--ref %q: %w", ref, err)
 	}
-	layer, err := buildLayer(files, links)
+	fileModes, err := parseModes(modes, files)
+	if err != nil {
+		return err
+	}
+	layer, err := buildLayer(files, links, dirs, fileModes)
 	if err != nil {
 		return err
 	}
@@ -80,11 +97,15 @@ func run(ref, out, user, entrypoint string, files, links, env []string) error {
 	cfg = cfg.DeepCopy()
 	cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
 	cfg.Created = v1.Time{Time: epoch}
-	cfg.Config.User = user
-	cfg.Config.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, env...)
-	if entrypoint != "" {
-		cfg.Config.Entrypoint = strings.Split(entrypoint, ",")
+	cfg.Config.User = spec.user
+	cfg.Config.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, spec.env...)
+	if spec.entrypoint != "" {
+		cfg.Config.Entrypoint = strings.Split(spec.entrypoint, ",")
 	}
+	if spec.cmd != "" {
+		cfg.Config.Cmd = strings.Split(spec.cmd, ",")
+	}
+	cfg.Config.WorkingDir = spec.workdir
 	img, err = mutate.ConfigFile(img, cfg)
 	if err != nil {
 		return err
@@ -103,9 +124,26 @@ func run(ref, out, user, entrypoint string, files, links, env []string) error {
 	return nil
 }
 
-// buildLayer makes one gzipped layer with the files (mode 0755), links, and their parent
-// directories.
-func buildLayer(files, links []string) (v1.Layer, error) {
+// parseModes reads the --mode flags: each names a --file.
+func parseModes(modes, files []string) (map[string]int64, error) {
+	m := map[string]int64{}
+	for _, v := range modes {
+		dst, octal, ok := strings.Cut(v, "=")
+		mode, err := strconv.ParseInt(octal, 8, 64)
+		if !ok || err != nil || mode < 0 || mode > 0o7777 {
+			return nil, fmt.Errorf("--mode %q: want /image/path=OCTAL, for example /etc/passwd=0644", v)
+		}
+		if !slices.ContainsFunc(files, func(f string) bool { return strings.HasPrefix(f, dst+"=") }) {
+			return nil, fmt.Errorf("--mode %q: no --file %s", v, dst)
+		}
+		m[dst] = mode
+	}
+	return m, nil
+}
+
+// buildLayer makes one gzipped layer with the files (mode 0755 unless modes says otherwise),
+// links, directories, and their parent directories.
+func buildLayer(files, links, emptyDirs []string, modes map[string]int64) (v1.Layer, error) {
 	var buf bytes.Buffer
 	gz, err := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
 	if err != nil {
@@ -139,7 +177,11 @@ func buildLayer(files, links []string) (v1.Layer, error) {
 		if err := mkdirs(dst); err != nil {
 			return nil, err
 		}
-		if err := addFile(tw, dst, src); err != nil {
+		mode, ok := modes[dst]
+		if !ok {
+			mode = 0o755
+		}
+		if err := addFile(tw, dst, src, mode); err != nil {
 			return nil, err
 		}
 	}
@@ -155,6 +197,18 @@ func buildLayer(files, links []string) (v1.Layer, error) {
 			return nil, err
 		}
 	}
+	for _, d := range emptyDirs {
+		if !path.IsAbs(d) {
+			return nil, fmt.Errorf("--dir %q: want an absolute path", d)
+		}
+		d = path.Clean(d)
+		if dirs[d] {
+			continue
+		}
+		if err := mkdirs(d + "/"); err != nil {
+			return nil, err
+		}
+	}
 	if err := tw.Close(); err != nil {
 		return nil, err
 	}
@@ -167,7 +221,7 @@ func buildLayer(files, links []string) (v1.Layer, error) {
 	})
 }
 
-func addFile(tw *tar.Writer, dst, src string) error {
+func addFile(tw *tar.Writer, dst, src string, mode int64) error {
 	f, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("--file %s: %w", dst, err)
@@ -177,7 +231,7 @@ func addFile(tw *tar.Writer, dst, src string) error {
 	if err != nil {
 		return err
 	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(dst, "/"), Size: st.Size(), Mode: 0o755, ModTime: epoch}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(dst, "/"), Size: st.Size(), Mode: mode, ModTime: epoch}); err != nil {
 		return err
 	}
 	_, err = io.Copy(tw, f)

@@ -248,3 +248,84 @@ $(CONTROLLER_GEN):
 	@mkdir -p $(TOOLS_DIR)
 	GOBIN=$(TOOLS_DIR) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(TOOLS_DIR)/controller-gen $@
+
+##@ Conformance
+
+# The Kubernetes conformance suite against a tenant of the local cluster (test/conformance).
+# e2e.test, ginkgo and the test images' binaries are built from the k8s.io/kubernetes module
+# go.mod pins, in hack/conformance (a module of its own with the same replace block, so the
+# suite's dependencies never move ours), and cached by version: a cold build takes minutes.
+CONFORMANCE_BIN := $(CACHE_DIR)/conformance/$(KUBE_VERSION)
+# What each binary is built from, in hack/conformance.
+CONFORMANCE_PKG_ginkgo := github.com/onsi/ginkgo/v2/ginkgo
+CONFORMANCE_PKG_agnhost := k8s.io/kubernetes/test/images/agnhost
+CONFORMANCE_PKG_nnp := k8s.io/kubernetes/test/images/nonewprivs
+CONFORMANCE_PKG_sample-apiserver := k8s.io/sample-apiserver
+CONFORMANCE_PKG_etcd := ./etcd
+CONFORMANCE_IMAGE_BINS := $(addprefix $(CONFORMANCE_BIN)/,agnhost nnp sample-apiserver etcd pause)
+CONFORMANCE_IMAGES := $(IMAGES_DIR)/conformance
+CONFORMANCE_IMAGE_TARS := $(addprefix $(CONFORMANCE_IMAGES)/,agnhost.tar agnhost-prev.tar nginx.tar nginx-new.tar \
+	nautilus.tar kitten.tar busybox.tar glibc-dns-testing.tar nonewprivs.tar sample-apiserver.tar etcd.tar pause.tar)
+# The Debian tools the test images carry, with their libraries (hack/conformance/images).
+CONFORMANCE_TOOLS := /usr/bin/curl /usr/bin/nc.openbsd /usr/bin/dig /usr/bin/bash /usr/sbin/ip /usr/bin/ss /usr/bin/getent /bin/busybox
+CONFORMANCE_FOCUS ?= \[Conformance\]
+CONFORMANCE_SKIP ?=
+CONFORMANCE_PROCS ?= 4
+CONFORMANCE_SERIAL ?= true
+CONFORMANCE_KEEP ?= false
+# Host nodes lent to the tenant; 0 when the host has no free lendable node (host-access specs then fail).
+CONFORMANCE_LENT_NODES ?= 1
+CONFORMANCE_RUN = go run ./test/conformance --kubeconfig _output/host.kubeconfig --out _output/conformance
+
+.PHONY: conformance
+conformance: conformance-bin conformance-images $(KUBE_BIN)/kubectl ## Kubernetes conformance against a new tenant (shared node + 1 lent node); CONFORMANCE_FOCUS/_SKIP=regexp, CONFORMANCE_SERIAL=false, CONFORMANCE_KEEP=true.
+	go run ./test/e2e/local load $(addprefix --image ,$(CONFORMANCE_IMAGE_TARS))
+	$(CONFORMANCE_RUN) --e2e-test $(CONFORMANCE_BIN)/e2e.test --ginkgo $(CONFORMANCE_BIN)/ginkgo \
+		--kubectl $(KUBE_BIN)/kubectl --focus '$(CONFORMANCE_FOCUS)' --skip '$(CONFORMANCE_SKIP)' \
+		--procs $(CONFORMANCE_PROCS) --serial=$(CONFORMANCE_SERIAL) --keep=$(CONFORMANCE_KEEP) \
+		--lent-nodes $(CONFORMANCE_LENT_NODES)
+
+.PHONY: conformance-clean
+conformance-clean: ## Delete the tenant a CONFORMANCE_KEEP=true run left and return its lent node.
+	$(CONFORMANCE_RUN) --cleanup
+
+.PHONY: conformance-bin
+conformance-bin: $(CONFORMANCE_BIN)/e2e.test $(CONFORMANCE_BIN)/ginkgo $(CONFORMANCE_IMAGE_BINS) ## Build e2e.test, ginkgo and the test images' binaries (cached by version).
+
+.PHONY: conformance-images
+conformance-images: $(CONFORMANCE_IMAGE_TARS) ## Build the images the conformance specs run, under the names the suite expects.
+
+# hack/conformance must pin the Kubernetes version the cache directory is named after.
+.PHONY: conformance-version
+conformance-version:
+	@grep -qE '^(require )?\s*k8s.io/kubernetes $(KUBE_VERSION)$$' hack/conformance/go.mod || \
+		{ echo "hack/conformance/go.mod does not require k8s.io/kubernetes $(KUBE_VERSION) (KUBE_VERSION): keep them in step"; exit 1; }
+
+$(CONFORMANCE_BIN)/e2e.test: | conformance-version
+	@mkdir -p $(CONFORMANCE_BIN)
+	cd hack/conformance && go test -c -ldflags '$(KUBE_LDFLAGS)' -o $@ k8s.io/kubernetes/test/e2e
+
+$(CONFORMANCE_BIN)/pause: hack/pause/main.go
+	@mkdir -p $(CONFORMANCE_BIN)
+	go build -ldflags '-s -w' -o $@ ./hack/pause
+
+$(CONFORMANCE_BIN)/%: | conformance-version
+	@mkdir -p $(CONFORMANCE_BIN)
+	cd hack/conformance && go build -ldflags '$(KUBE_LDFLAGS)' -o $@ $(CONFORMANCE_PKG_$*)
+
+# All of them in one go (each takes a second): hack/conformance/images says what each is.
+$(CONFORMANCE_IMAGE_TARS) &: $(CONFORMANCE_IMAGE_BINS) $(CONFORMANCE_TOOLS) hack/build-image/main.go \
+		$(wildcard hack/conformance/images hack/conformance/program-files hack/conformance/etc/*)
+	hack/conformance/images $(CONFORMANCE_BIN) "$$(cd hack/conformance && go list -m -f '{{.Dir}}' k8s.io/kubernetes)" $(CONFORMANCE_IMAGES)
+
+/usr/bin/curl:
+	apt-get install -y curl
+
+/usr/bin/nc.openbsd:
+	apt-get install -y netcat-openbsd
+
+/usr/bin/dig:
+	apt-get install -y bind9-dnsutils
+
+/usr/sbin/ip /usr/bin/ss:
+	apt-get install -y iproute2

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
@@ -142,12 +143,10 @@ func (p *provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// withResources is current with the containers' resources of want, or nil when they are the
-// same.
-func withResources(current, want *corev1.Pod) *corev1.Pod {
-	next := current.DeepCopy()
+// withResources gives pod the containers' resources of want; false when they are the same.
+func withResources(pod, want *corev1.Pod) bool {
 	changed := false
-	for _, pair := range [][2][]corev1.Container{{next.Spec.Containers, want.Spec.Containers}, {next.Spec.InitContainers, want.Spec.InitContainers}} {
+	for _, pair := range [][2][]corev1.Container{{pod.Spec.Containers, want.Spec.Containers}, {pod.Spec.InitContainers, want.Spec.InitContainers}} {
 		for i := range min(len(pair[0]), len(pair[1])) {
 			if !equality.Semantic.DeepEqual(pair[0][i].Resources, pair[1][i].Resources) {
 				pair[0][i].Resources = pair[1][i].Resources
@@ -155,31 +154,35 @@ func withResources(current, want *corev1.Pod) *corev1.Pod {
 			}
 		}
 	}
-	if !changed {
-		return nil
+	return changed
+}
+
+// withEphemeralContainers adds to pod the ephemeral containers of want it lacks (kubectl debug
+// in the tenant: they are only ever added); false when it has them all.
+func withEphemeralContainers(pod *corev1.Pod, want []corev1.EphemeralContainer) bool {
+	n := len(pod.Spec.EphemeralContainers)
+	for _, ec := range want {
+		if !slices.ContainsFunc(pod.Spec.EphemeralContainers, func(c corev1.EphemeralContainer) bool { return c.Name == ec.Name }) {
+			pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, ec)
+		}
 	}
-	return next
+	return len(pod.Spec.EphemeralContainers) > n
 }
 
 // addEphemeralContainers adds to the host pod the ephemeral containers of want it lacks
 // (kubectl debug in the tenant); the host's Pod Security admission checks them too.
 func (p *provider) addEphemeralContainers(ctx context.Context, tenant, current *corev1.Pod, want []corev1.EphemeralContainer) error {
-	next := current.DeepCopy()
-	for _, ec := range want {
-		if !slices.ContainsFunc(current.Spec.EphemeralContainers, func(c corev1.EphemeralContainer) bool { return c.Name == ec.Name }) {
-			next.Spec.EphemeralContainers = append(next.Spec.EphemeralContainers, ec)
-		}
-	}
-	if len(next.Spec.EphemeralContainers) == len(current.Spec.EphemeralContainers) {
-		return nil
-	}
-	_, err := p.host.CoreV1().Pods(p.tr.HostNamespace).UpdateEphemeralContainers(ctx, next.Name, next, metav1.UpdateOptions{FieldManager: fieldManager})
+	pods := p.host.CoreV1().Pods(p.tr.HostNamespace)
+	_, err := p.writeHostPod(ctx, current, func(next *corev1.Pod) bool { return withEphemeralContainers(next, want) },
+		func(next *corev1.Pod) (*corev1.Pod, error) {
+			return pods.UpdateEphemeralContainers(ctx, next.Name, next, metav1.UpdateOptions{FieldManager: fieldManager})
+		})
 	if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
 		p.recorder.Event(tenant, corev1.EventTypeWarning, ReasonForbidden, "the host cluster refused the ephemeral container: "+err.Error())
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("adding ephemeral containers to host pod %s: %w", next.Name, err)
+		return fmt.Errorf("adding ephemeral containers to host pod %s: %w", current.Name, err)
 	}
 	return nil
 }
@@ -222,34 +225,32 @@ func (p *provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	next := current.DeepCopy()
-	next.Labels, next.Annotations = want.Labels, want.Annotations
-	next.Spec.ActiveDeadlineSeconds = want.Spec.ActiveDeadlineSeconds
-	for i := range next.Spec.Containers {
-		if i < len(want.Spec.Containers) {
+	pods := p.host.CoreV1().Pods(p.tr.HostNamespace)
+	opts := metav1.UpdateOptions{FieldManager: fieldManager}
+	current, err = p.writeHostPod(ctx, current, func(next *corev1.Pod) bool {
+		next.Labels, next.Annotations = want.Labels, want.Annotations
+		next.Spec.ActiveDeadlineSeconds = want.Spec.ActiveDeadlineSeconds
+		for i := range min(len(next.Spec.Containers), len(want.Spec.Containers)) {
 			next.Spec.Containers[i].Image = want.Spec.Containers[i].Image
 		}
-	}
-	for i := range next.Spec.InitContainers {
-		if i < len(want.Spec.InitContainers) {
+		for i := range min(len(next.Spec.InitContainers), len(want.Spec.InitContainers)) {
 			next.Spec.InitContainers[i].Image = want.Spec.InitContainers[i].Image
 		}
-	}
-	updated, err := p.host.CoreV1().Pods(p.tr.HostNamespace).Update(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager})
+		return true
+	}, func(next *corev1.Pod) (*corev1.Pod, error) { return pods.Update(ctx, next, opts) })
 	if err != nil {
 		return err
 	}
 	// An in-place resize of the tenant pod is one of the host pod, through its resize
 	// subresource; the host's kubelet reports how it went in the status the tenant sees.
-	if resized := withResources(updated, want); resized != nil {
-		updated, err = p.host.CoreV1().Pods(p.tr.HostNamespace).UpdateResize(ctx, resized.Name, resized, metav1.UpdateOptions{FieldManager: fieldManager})
-		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
-			p.recorder.Event(pod, corev1.EventTypeWarning, ReasonForbidden, "the host cluster refused the resize: "+err.Error())
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("resizing host pod %s: %w", resized.Name, err)
-		}
+	current, err = p.writeHostPod(ctx, current, func(next *corev1.Pod) bool { return withResources(next, want) },
+		func(next *corev1.Pod) (*corev1.Pod, error) { return pods.UpdateResize(ctx, next.Name, next, opts) })
+	if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+		p.recorder.Event(pod, corev1.EventTypeWarning, ReasonForbidden, "the host cluster refused the resize: "+err.Error())
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("resizing host pod %s: %w", current.Name, err)
 	}
 	if len(want.Spec.EphemeralContainers) == 0 {
 		return nil
@@ -258,7 +259,30 @@ func (p *provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := p.syncRefs(ctx, pod, want.Name, refs); err != nil {
 		return err
 	}
-	return p.addEphemeralContainers(ctx, pod, updated, want.Spec.EphemeralContainers)
+	return p.addEphemeralContainers(ctx, pod, current, want.Spec.EphemeralContainers)
+}
+
+// writeHostPod writes a copy of the host pod current that change changed (it returns false
+// when there is nothing to write), again on the latest pod after a conflict with the host's
+// kubelet writing the pod's status: an error here would fail the tenant pod
+// (virtual-kubelet's handling of provider errors). It returns the pod written, or current.
+func (p *provider) writeHostPod(ctx context.Context, current *corev1.Pod, change func(*corev1.Pod) bool, write func(*corev1.Pod) (*corev1.Pod, error)) (*corev1.Pod, error) {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		next := current.DeepCopy()
+		if !change(next) {
+			return nil
+		}
+		written, err := write(next)
+		if err == nil {
+			current = written
+		} else if apierrors.IsConflict(err) {
+			if latest, getErr := p.host.CoreV1().Pods(p.tr.HostNamespace).Get(ctx, current.Name, metav1.GetOptions{}); getErr == nil {
+				current = latest
+			}
+		}
+		return err
+	})
+	return current, err
 }
 
 // DeletePod deletes the host pod, with the tenant pod's grace period. Its end is reported

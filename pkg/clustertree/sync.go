@@ -25,11 +25,14 @@ const (
 )
 
 // syncRefs copies into the host what a tenant pod refers to: its ConfigMaps and Secrets, and a
-// Secret with tenant service-account tokens requested for it.
+// Secret with tenant service-account tokens requested for it. One the tenant does not have
+// (yet) is skipped: the host pod is made all the same, and the host's kubelet waits for it as a
+// kubelet does (CreateContainerConfigError, a volume not mounted), until the tenant makes it
+// and its copy follows (copies.go).
 func (p *provider) syncRefs(ctx context.Context, pod *corev1.Pod, hostPod string, refs Refs) error {
 	for _, r := range refs.ConfigMaps {
 		cm, err := p.tenantConfigMaps.ConfigMaps(pod.Namespace).Get(r.Name)
-		if apierrors.IsNotFound(err) && r.Optional {
+		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
@@ -41,7 +44,7 @@ func (p *provider) syncRefs(ctx context.Context, pod *corev1.Pod, hostPod string
 	}
 	for _, r := range refs.Secrets {
 		s, err := p.tenantSecrets.Secrets(pod.Namespace).Get(r.Name)
-		if apierrors.IsNotFound(err) && r.Optional {
+		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {

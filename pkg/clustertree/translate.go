@@ -258,6 +258,8 @@ func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1
 			ShareProcessNamespace:        spec.ShareProcessNamespace,
 			OS:                           spec.OS,
 			HostUsers:                    spec.HostUsers,
+			HostAliases:                  spec.HostAliases,
+			Resources:                    spec.Resources,
 		},
 	}
 	return host, refs.done(), nil

@@ -333,6 +333,18 @@ func TestPod(t *testing.T) {
 			},
 		},
 		{
+			name: "host aliases and pod-level resources are carried over",
+			pod: func(p *corev1.Pod) {
+				p.Spec.HostAliases = []corev1.HostAlias{{IP: "10.1.2.3", Hostnames: []string{"foo.local", "bar.local"}}}
+				p.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}
+			},
+			check: func(t *testing.T, tenant, host *corev1.Pod, _ Refs) {
+				if !reflect.DeepEqual(host.Spec.HostAliases, tenant.Spec.HostAliases) || !reflect.DeepEqual(host.Spec.Resources, tenant.Spec.Resources) {
+					t.Errorf("hostAliases %v, resources %v: want the tenant's", host.Spec.HostAliases, host.Spec.Resources)
+				}
+			},
+		},
+		{
 			name: "scheduling, identity and host settings are not carried over",
 			pod: func(p *corev1.Pod) {
 				p.Spec.NodeSelector = map[string]string{"disk": "ssd"}

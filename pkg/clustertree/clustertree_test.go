@@ -208,6 +208,52 @@ func TestSync(t *testing.T) {
 		waitHostEndpoints(t, ctx, hc, shop, []string{webIP, "10.244.7.5"})
 	})
 
+	t.Run("the host kubelet's events about a host pod are the tenant pod's", func(t *testing.T) {
+		hp := waitHostPod(t, ctx, hc, hostName)
+		now := metav1.Now()
+		for _, ev := range []*corev1.Event{
+			{ObjectMeta: metav1.ObjectMeta{Name: "backoff", Namespace: hostNS}, Type: corev1.EventTypeWarning, Reason: "BackOff",
+				Message:        "Back-off restarting failed container web in pod " + hostName + "_" + hostNS + "(" + string(hp.UID) + ")",
+				Source:         corev1.EventSource{Component: "kubelet", Host: "host-node-1"},
+				InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: hostNS, Name: hostName, UID: hp.UID, FieldPath: "spec.containers{web}"},
+				FirstTimestamp: now, LastTimestamp: now, Count: 1},
+			// The host's scheduler speaks of host matters: not passed on.
+			{ObjectMeta: metav1.ObjectMeta{Name: "scheduled", Namespace: hostNS}, Type: corev1.EventTypeNormal, Reason: "Scheduled",
+				Message:        "Successfully assigned " + hostNS + "/" + hostName + " to host-node-1",
+				Source:         corev1.EventSource{Component: "default-scheduler"},
+				InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: hostNS, Name: hostName, UID: hp.UID},
+				FirstTimestamp: now, LastTimestamp: now, Count: 1},
+		} {
+			if _, err := hc.CoreV1().Events(hostNS).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got []corev1.Event
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			l, err := tc.CoreV1().Events(tenantNS).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=web,reason=BackOff"})
+			if err != nil {
+				return false, nil
+			}
+			got = l.Items
+			return len(got) > 0, nil
+		})
+		if err != nil {
+			t.Fatalf("no BackOff event on the tenant pod: %v", err)
+		}
+		ev := got[0]
+		if want := "Back-off restarting failed container web in pod web_" + tenantNS + "(" + string(ev.InvolvedObject.UID) + ")"; ev.Message != want ||
+			ev.InvolvedObject.FieldPath != "spec.containers{web}" || ev.Type != corev1.EventTypeWarning || ev.Source.Host != nodeName {
+			t.Errorf("tenant event %q (%s, %s, from %+v), want %q on spec.containers{web} from the virtual node", ev.Message, ev.Type, ev.InvolvedObject.FieldPath, ev.Source, want)
+		}
+		if strings.Contains(ev.Message, hostNS) || strings.Contains(ev.Message, string(hp.UID)) {
+			t.Errorf("tenant event %q names the host's namespace or pod", ev.Message)
+		}
+		l, err := tc.CoreV1().Events(tenantNS).List(ctx, metav1.ListOptions{FieldSelector: "reason=Scheduled"})
+		if err == nil && len(l.Items) > 0 {
+			t.Errorf("the host scheduler's event reached the tenant: %q", l.Items[0].Message)
+		}
+	})
+
 	t.Run("label changes follow, under KubeNest's prefix", func(t *testing.T) {
 		patch := []byte(`{"metadata":{"labels":{"app":"web-v2","k8s.v1.cni.cncf.io/role":"x"}}}`)
 		if _, err := tc.CoreV1().Pods(tenantNS).Patch(ctx, "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {

@@ -224,6 +224,13 @@ func Run(ctx context.Context, cfg Config) error {
 			func() ([]metav1.Object, error) { return listObjects(hostSecrets.Lister().List(labels.Everything())) })
 	})
 
+	// Event times have whole seconds: one of this second may be new.
+	started := time.Now().Truncate(time.Second)
+	wg.Go(func() {
+		if err := prov.mirrorHostEvents(ctx, host, started); err != nil {
+			log.Error(err, "the host kubelet's events about the tenant's pods are not passed to the tenant")
+		}
+	})
 	wg.Go(func() {
 		if err := prov.followTenantRefs(ctx, cfg.Tenant, cfg.SyncPeriod); err != nil {
 			log.Error(err, "host copies of tenant ConfigMaps and Secrets follow the tenant only every sync period")

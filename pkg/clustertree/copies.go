@@ -77,9 +77,10 @@ func (p *provider) followTenantRefs(ctx context.Context, tenant *rest.Config, re
 				return
 			}
 			// Only what a host pod refers to is copied: the rest of the tenant's objects
-			// never leave it.
+			// never leave it. Rate-limited (10 a second, bursts of 100, per tenant): a tenant
+			// that rewrites an object without pause does not get as many host writes.
 			if p.referenced(kind, HostName(p.tr.VirtualCluster, m.Namespace, m.Name)) {
-				queue.Add(tenantRef{kind: kind, namespace: m.Namespace, name: m.Name})
+				queue.AddRateLimited(tenantRef{kind: kind, namespace: m.Namespace, name: m.Name})
 			}
 		}
 		_, err := factory.ForResource(corev1.SchemeGroupVersion.WithResource(resource)).Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

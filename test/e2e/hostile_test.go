@@ -191,6 +191,76 @@ func TestHostileTenant(t *testing.T) {
 		_ = evil.CoreV1().Pods("default").Delete(ctx, "meta", metav1.DeleteOptions{})
 	})
 
+	t.Run("ephemeral containers and events of the shared node stay within the tenant", func(t *testing.T) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "debug-me", Namespace: "default"},
+			Spec: corev1.PodSpec{NodeName: sharedNode, TerminationGracePeriodSeconds: ptr.To[int64](1),
+				Containers: []corev1.Container{{Name: "main", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}}}},
+		}
+		if _, err := evil.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = evil.CoreV1().Pods("default").Delete(ctx, "debug-me", metav1.DeleteOptions{}) }()
+		hostKey := types.NamespacedName{Namespace: nsA, Name: clustertree.HostName(attacker.Name, "default", "debug-me")}
+		hostPod := &corev1.Pod{}
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			return host.Get(ctx, hostKey, hostPod) == nil && hostPod.Status.Phase == corev1.PodRunning, nil
+		})
+		if err != nil {
+			t.Fatalf("the pod does not run on the shared node: %v", err)
+		}
+		// kubectl debug, with what would give the container the host: refused by the tenant.
+		debug := func(name string, sc *corev1.SecurityContext) error {
+			p, err := evil.CoreV1().Pods("default").Get(ctx, "debug-me", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+				Name: name, Image: BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}, SecurityContext: sc}})
+			_, err = evil.CoreV1().Pods("default").UpdateEphemeralContainers(ctx, "debug-me", p, metav1.UpdateOptions{})
+			return err
+		}
+		refused(t, "a privileged ephemeral container on the shared node", debug("root", &corev1.SecurityContext{Privileged: ptr.To(true)}),
+			"KubeNestTenantGuard", "privileged")
+		refused(t, "an ephemeral container adding SYS_ADMIN on the shared node", debug("admin",
+			&corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}), "KubeNestTenantGuard", "SYS_ADMIN")
+		// The legitimate use: a plain one reaches the host pod, as plain.
+		if err := debug("plain", nil); err != nil {
+			t.Fatalf("a plain ephemeral container: %v", err)
+		}
+		err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			return host.Get(ctx, hostKey, hostPod) == nil && len(hostPod.Spec.EphemeralContainers) > 0, nil
+		})
+		if err != nil {
+			t.Fatalf("the plain ephemeral container never reached the host pod: %v", err)
+		}
+		for _, ec := range hostPod.Spec.EphemeralContainers {
+			if ec.Name != "plain" || ec.SecurityContext != nil {
+				t.Errorf("the host pod has ephemeral container %s with security context %+v; want only the plain one", ec.Name, ec.SecurityContext)
+			}
+		}
+
+		// The host kubelet's events reach the tenant for its own pod only, with the tenant's
+		// names: none names the victim's pods or either host namespace.
+		err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			l, err := evil.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=debug-me,reason=Started"})
+			return err == nil && len(l.Items) > 0, nil
+		})
+		if err != nil {
+			t.Errorf("no Started event of debug-me in the tenant: %v", err)
+		}
+		events, err := evil.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range events.Items {
+			if strings.Contains(ev.Message, victimPod.Name) || strings.Contains(ev.Message, nsV) || strings.Contains(ev.Message, nsA+"/") ||
+				strings.Contains(ev.Message, hostKey.Name) {
+				t.Errorf("an event in the attacker's tenant names the host or the victim: %s %s: %q", ev.InvolvedObject.Name, ev.Reason, ev.Message)
+			}
+		}
+	})
+
 	t.Run("a cert-manager issuer the platform does not allow", func(t *testing.T) {
 		minted := newVC(nsA, "minted", v1alpha1.ExposureClusterIP)
 		minted.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "platform-root-issuer", Kind: "ClusterIssuer"}}

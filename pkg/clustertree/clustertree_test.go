@@ -370,6 +370,56 @@ func TestSync(t *testing.T) {
 		}, "tenant pod web")
 	})
 
+	t.Run("a pod whose name's earlier host pod is still going waits for it, not Failed", func(t *testing.T) {
+		// virtual-kubelet fails a restartPolicy Never pod on any error of CreatePod: one that
+		// passes within moments must not end the pod.
+		once := webPod()
+		once.Name, once.Spec.RestartPolicy = "once", corev1.RestartPolicyNever
+		onceHost := clustertree.HostName(vcName, tenantNS, "once")
+		createTenantPod(t, ctx, tc, once.DeepCopy())
+		hp := waitHostPod(t, ctx, hc, onceHost)
+		hp.Finalizers = append(hp.Finalizers, "kubenest.io/test-hold")
+		if _, err := hc.CoreV1().Pods(hostNS).Update(ctx, hp, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.CoreV1().Pods(tenantNS).Delete(ctx, "once", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, ctx, func(ctx context.Context) error {
+			_, err := tc.CoreV1().Pods(tenantNS).Get(ctx, "once", metav1.GetOptions{})
+			return err
+		}, "tenant pod once")
+		createTenantPod(t, ctx, tc, once.DeepCopy())
+		time.Sleep(time.Second)
+		held, err := hc.CoreV1().Pods(hostNS).Get(ctx, onceHost, metav1.GetOptions{})
+		if err != nil || held.DeletionTimestamp == nil {
+			t.Fatalf("the earlier host pod should still be going: %v", err)
+		}
+		held.Finalizers = nil
+		if _, err := hc.CoreV1().Pods(hostNS).Update(ctx, held, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tenantPod, err := tc.CoreV1().Pods(tenantNS).Get(ctx, "once", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			hp, err := hc.CoreV1().Pods(hostNS).Get(ctx, onceHost, metav1.GetOptions{})
+			return err == nil && hp.Annotations[clustertree.AnnotationTenantUID] == string(tenantPod.UID), nil
+		})
+		if err != nil {
+			t.Fatalf("no host pod for the new tenant pod once: %v", err)
+		}
+		if p, err := tc.CoreV1().Pods(tenantNS).Get(ctx, "once", metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		} else if p.Status.Phase == corev1.PodFailed {
+			t.Fatalf("tenant pod once is Failed: %s: %s", p.Status.Reason, p.Status.Message)
+		}
+		if err := tc.CoreV1().Pods(tenantNS).Delete(ctx, "once", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("pods asking for host privileges are refused with an event", func(t *testing.T) {
 		// (Privileged containers are refused the same way; this tenant apiserver does not
 		// admit them at all.)

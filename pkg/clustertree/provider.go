@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
@@ -81,9 +82,25 @@ func (p *provider) send(pod *corev1.Pod) {
 	}
 }
 
+// createRetry bounds how long CreatePod retries on its own (about 6 s in all).
+var createRetry = wait.Backoff{Steps: 6, Duration: 200 * time.Millisecond, Factor: 2, Cap: 3 * time.Second}
+
 // CreatePod runs a tenant pod: it copies the ConfigMaps and Secrets it refers to, requests its
-// service-account tokens from the tenant, and creates the host pod.
+// service-account tokens from the tenant, and creates the host pod. virtual-kubelet marks a pod
+// with restartPolicy Never Failed on any error CreatePod returns, so a passing one (a conflict
+// with the host kubelet or with the copy follower, a host apiserver that is busy, an earlier
+// host pod of the same name still going) is retried here first.
 func (p *provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	return retry.OnError(createRetry, func(err error) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		p.log.Info("creating the host pod failed; trying again", "pod", klog.KObj(pod), "err", err.Error())
+		return true
+	}, func() error { return p.createPod(ctx, pod) })
+}
+
+func (p *provider) createPod(ctx context.Context, pod *corev1.Pod) error {
 	hostName := HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name)
 	if existing, err := p.hostPods.Pods(p.tr.HostNamespace).Get(hostName); err == nil {
 		if existing.Annotations[AnnotationTenantUID] == string(pod.UID) {
@@ -225,6 +242,10 @@ func (p *provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
+	if current.Annotations[AnnotationTenantUID] != string(pod.UID) {
+		// The host pod is an earlier tenant pod's of the same name: this one is new.
+		return p.CreatePod(ctx, pod)
+	}
 	pods := p.host.CoreV1().Pods(p.tr.HostNamespace)
 	opts := metav1.UpdateOptions{FieldManager: fieldManager}
 	current, err = p.writeHostPod(ctx, current, func(next *corev1.Pod) bool {
@@ -324,8 +345,13 @@ func (p *provider) GetPod(_ context.Context, namespace, name string) (*corev1.Po
 		return nil, err
 	}
 	tenant, err := p.tenantPods.Pods(namespace).Get(name)
-	if err != nil || string(tenant.UID) != host.Annotations[AnnotationTenantUID] {
+	if err != nil {
 		return minimalTenantPod(host), nil
+	}
+	if string(tenant.UID) != host.Annotations[AnnotationTenantUID] {
+		// An earlier tenant pod's host pod (a StatefulSet's pod made again, say): the tenant
+		// pod of this name has none yet, and CreatePod makes it once the earlier one is gone.
+		return nil, errdefs.NotFoundf("pod %s/%s", namespace, name)
 	}
 	return p.tenantView(tenant, host), nil
 }

@@ -77,12 +77,12 @@ func TestTenantServices(t *testing.T) {
 	// Each web pod answers one connection at a time, so a connection is tried a few times.
 	script := fmt.Sprintf(`set -x
 `+shellTry+`
-nslookup web.default.svc.cluster.local || exit 1
+look web.default.svc.cluster.local || exit 1
 try web.default.svc.cluster.local || exit 1
 try web || exit 1
 try %s || exit 1
-nslookup web-headless.default.svc.cluster.local || exit 1
-nslookup kubernetes.default.svc.cluster.local || exit 1`, web.Spec.ClusterIP)
+look web-headless.default.svc.cluster.local || exit 1
+look kubernetes.default.svc.cluster.local || exit 1`, web.Spec.ClusterIP)
 	check := func(t *testing.T, node string) {
 		out, ok := runTenantPod(t, ctx, tenant, "client-"+strings.ReplaceAll(node, ".", "-"), node, script)
 		if !ok || strings.Count(out, "hi from web-") < 3 {
@@ -252,9 +252,10 @@ func createService(t *testing.T, ctx context.Context, tenant kubernetes.Interfac
 	return created
 }
 
-// shellTry defines try HOST: a connection to HOST:80, tried a few times, as a new Service's
-// rules and endpoints take a moment to reach a node's kube-proxy.
-const shellTry = `try() { for i in 1 2 3 4 5; do echo | nc -w 5 "$1" 80 && return 0; sleep 1; done; return 1; }`
+// shellTry defines try (a connection to port 80 of its argument) and look (a DNS lookup), each
+// tried a few times: a Service just made reaches CoreDNS and kube-proxy within moments, not at once.
+const shellTry = `try() { for i in 1 2 3 4 5; do echo | nc -w 5 "$1" 80 && return 0; sleep 1; done; return 1; }
+look() { for i in 1 2 3 4 5; do nslookup "$1" && return 0; sleep 1; done; return 1; }`
 
 // runTenantPod runs a busybox pod in the tenant on node, waits for it to finish and returns
 // its log and whether it succeeded.
@@ -286,6 +287,10 @@ func runTenantPod(t *testing.T, ctx context.Context, tenant kubernetes.Interface
 	logs, _ := pods.GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil {
 		t.Fatalf("tenant pod %s on %s did not finish: %v (phase %s)\n%s", name, node, err, pod.Status.Phase, logs)
+	}
+	if pod.Status.Phase != corev1.PodSucceeded {
+		// What the pod's status says matters when it never ran (a provider error, say).
+		logs = fmt.Appendf(logs, "\n[pod %s: phase %s, reason %q, message %q]", name, pod.Status.Phase, pod.Status.Reason, pod.Status.Message)
 	}
 	return string(logs), pod.Status.Phase == corev1.PodSucceeded
 }

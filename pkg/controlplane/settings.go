@@ -34,6 +34,10 @@ type Settings struct {
 	ServiceCIDRPrefix int
 	// LeafValidity is how long leaf certificates are valid; zero means a year.
 	LeafValidity time.Duration
+	// ControlPlanesOnLendableNodes lets tenant etcd and control-plane pods run on nodes
+	// labelled lendable, after the others: a node that runs one is never lent (lending drains
+	// it). Off, they run only on the other nodes.
+	ControlPlanesOnLendableNodes bool
 }
 
 // DefaultSettings are the settings the operator starts with.

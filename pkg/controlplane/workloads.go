@@ -151,7 +151,7 @@ func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) 
 				WhenDeleted: appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
 				WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
 			},
-			Template: podTemplate(labels, certsHash, corev1.PodSpec{
+			Template: podTemplate(s, labels, certsHash, corev1.PodSpec{
 				Containers: []corev1.Container{container},
 				Volumes:    volumes,
 			}),
@@ -274,7 +274,7 @@ func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash s
 					MaxSurge:       ptr.To(intstr.FromInt32(1)),
 				},
 			},
-			Template: podTemplate(labels, certsHash, corev1.PodSpec{
+			Template: podTemplate(s, labels, certsHash, corev1.PodSpec{
 				Containers: []corev1.Container{api, ctrl, dnsContainer(s, []corev1.VolumeMount{certs})},
 				Volumes: []corev1.Volume{
 					secretVolume("certs", names.ControlPlaneCertsSecret()),
@@ -399,17 +399,23 @@ func args(layers ...map[string]string) []string {
 	return out
 }
 
-func podTemplate(labels map[string]string, certsHash string, spec corev1.PodSpec) corev1.PodTemplateSpec {
-	// Away from nodes that may be lent to tenants, when there is room elsewhere: lending a
-	// node drains it, which would move (and, with ephemeral storage, empty) a tenant's etcd.
-	spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
-			Weight: 100,
-			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
-				Key: v1alpha1.LabelLendable, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"true"},
-			}}},
-		}},
-	}}
+func podTemplate(s Settings, labels map[string]string, certsHash string, spec corev1.PodSpec) corev1.PodTemplateSpec {
+	// Away from nodes that may be lent to tenants: lending a node drains it, which would move
+	// (and, with ephemeral storage, empty) a tenant's etcd, so a node that runs one is never
+	// lent. A preference alone loses to the scheduler's other scores (a busier node, members
+	// spread over hostnames), and one tenant's pod would then keep the node from every tenant.
+	notLendable := corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+		Key: v1alpha1.LabelLendable, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"true"},
+	}}}
+	affinity := &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{notLendable}},
+	}
+	if s.ControlPlanesOnLendableNodes {
+		affinity = &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+			Weight: 100, Preference: notLendable,
+		}}}
+	}
+	spec.Affinity = &corev1.Affinity{NodeAffinity: affinity}
 	// Members of one tenant on different machines where the nodes allow it: losing one node
 	// then costs a HA tenant one etcd member and one apiserver, not its quorum.
 	spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{

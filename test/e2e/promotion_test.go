@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/nodepool"
 )
 
 // lendableNode is the local cluster's lendable node (make up labels the last of two).
@@ -50,6 +51,23 @@ func TestNodePromotion(t *testing.T) {
 	waitNodesReady(t, ctx, first)
 	waitTenantNodeReady(t, ctx, tenant, lendableNode)
 	t.Logf("request → node Ready in the tenant: %s", time.Since(start).Round(100*time.Millisecond))
+
+	t.Run("no tenant's etcd or control plane runs on a lendable node", func(t *testing.T) {
+		// One there would keep the node from every tenant: selection never lends it.
+		pods := &corev1.PodList{}
+		if err := host.List(ctx, pods, client.MatchingLabelsSelector{Selector: nodepool.ControlPlaneSelector}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			n := &corev1.Node{}
+			if p.Spec.NodeName == "" || host.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, n) != nil {
+				continue
+			}
+			if n.Labels[v1alpha1.LabelLendable] == "true" {
+				t.Errorf("%s/%s runs on lendable node %s", p.Namespace, p.Name, n.Name)
+			}
+		}
+	})
 
 	t.Run("the host no longer schedules onto the node", func(t *testing.T) {
 		n := &corev1.Node{}

@@ -44,8 +44,7 @@ const managedBy = "clustertree.kubenest.io"
 // the tenant).
 func (t Translator) Service(tenant *corev1.Service) (copied *corev1.Service, refused string) {
 	if !t.ServiceCIDR.IsValid() || tenant.Spec.Type == corev1.ServiceTypeExternalName || tenant.Spec.ClusterIP == "" ||
-		tenant.Spec.ClusterIP == corev1.ClusterIPNone ||
-		(tenant.Namespace == metav1.NamespaceDefault && tenant.Name == "kubernetes") {
+		tenant.Spec.ClusterIP == corev1.ClusterIPNone {
 		return nil, ""
 	}
 	// The apiserver keeps clusterIP the first of clusterIPs; both are copied, so both are looked at.

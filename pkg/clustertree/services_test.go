@@ -65,11 +65,17 @@ func TestServiceCopy(t *testing.T) {
 		"ExternalName": svc(func(s *corev1.Service) {
 			s.Spec.Type, s.Spec.ClusterIP, s.Spec.ExternalName = corev1.ServiceTypeExternalName, "", "example.com"
 		}),
-		"the tenant's kubernetes Service": svc(func(s *corev1.Service) { s.Namespace, s.Name = metav1.NamespaceDefault, "kubernetes" }),
 	} {
 		if host, refused := tr.Service(s); host != nil || refused != "" {
-			t.Errorf("%s: copied (%v) or refused (%q), want no copy needed (the tenant's DNS or the apiserver's own Service serve it)", name, host != nil, refused)
+			t.Errorf("%s: copied (%v) or refused (%q), want no copy needed (the tenant's DNS serves it)", name, host != nil, refused)
 		}
+	}
+	// kubernetes.default.svc is the tenant apiserver's ClusterIP for every pod, those on the
+	// shared node too (the apiserver's own endpoints are its control-plane pods', which the
+	// EndpointSlice copy allows).
+	kube := svc(func(s *corev1.Service) { s.Namespace, s.Name = metav1.NamespaceDefault, "kubernetes" })
+	if host, refused := tr.Service(kube); host == nil || refused != "" || host.Spec.ClusterIP != kube.Spec.ClusterIP {
+		t.Errorf("the tenant's kubernetes Service: copied %v, refused %q; want a copy at its ClusterIP", host != nil, refused)
 	}
 
 	if host, refused := (Translator{VirtualCluster: trVC, HostNamespace: trHostNS}).Service(svc(nil)); host != nil || refused != "" {

@@ -31,7 +31,8 @@ import (
 const sharedNode = "kubenest-shared"
 
 // TestTenantServices: a tenant's pods reach its Services by name and by ClusterIP, and
-// headless names resolve to pod IPs, from the shared node and from a lent node, with the
+// headless names resolve to pod IPs, and kubernetes.default.svc reaches the tenant apiserver,
+// from the shared node and from a lent node, with the
 // server pods on the shared node; on the lent node the tenant's kube-proxy replaces the host's,
 // which comes back with the node, and never do both run; and a Service deleted in the tenant
 // leaves nothing in the host.
@@ -82,11 +83,13 @@ try web.default.svc.cluster.local || exit 1
 try web || exit 1
 try %s || exit 1
 look web-headless.default.svc.cluster.local || exit 1
-look kubernetes.default.svc.cluster.local || exit 1`, web.Spec.ClusterIP)
+look kubernetes.default.svc.cluster.local || exit 1
+try kubernetes.default.svc.cluster.local 443 || exit 1
+echo reached the tenant apiserver at kubernetes.default.svc`, web.Spec.ClusterIP)
 	check := func(t *testing.T, node string) {
 		out, ok := runTenantPod(t, ctx, tenant, "client-"+strings.ReplaceAll(node, ".", "-"), node, script)
 		if !ok || strings.Count(out, "hi from web-") < 3 {
-			t.Fatalf("client on %s could not reach the Service 3 times (by name, short name, ClusterIP):\n%s", node, out)
+			t.Fatalf("client on %s could not reach the Service 3 times (by name, short name, ClusterIP) and the tenant apiserver at kubernetes.default.svc:\n%s", node, out)
 		}
 		// Lending a node drains it: the web pods may have moved since, and the evicted ones
 		// may still be going.
@@ -252,9 +255,9 @@ func createService(t *testing.T, ctx context.Context, tenant kubernetes.Interfac
 	return created
 }
 
-// shellTry defines try (a connection to port 80 of its argument) and look (a DNS lookup), each
+// shellTry defines try HOST [PORT] (a connection, port 80 unless given) and look (a DNS lookup), each
 // tried a few times: a Service just made reaches CoreDNS and kube-proxy within moments, not at once.
-const shellTry = `try() { for i in 1 2 3 4 5; do echo | nc -w 5 "$1" 80 && return 0; sleep 1; done; return 1; }
+const shellTry = `try() { for i in 1 2 3 4 5; do echo | nc -w 5 "$1" "${2:-80}" && return 0; sleep 1; done; return 1; }
 look() { for i in 1 2 3 4 5; do nslookup "$1" && return 0; sleep 1; done; return 1; }`
 
 // runTenantPod runs a busybox pod in the tenant on node, waits for it to finish and returns

@@ -1182,7 +1182,7 @@ func TestPodAllowed(t *testing.T) {
 			},
 		},
 		{
-			name: "emptyDir, configMap, secret, downwardAPI and projected volumes",
+			name: "emptyDir, configMap, secret, downwardAPI, projected and image volumes",
 			pod: func(p *corev1.Pod) {
 				p.Spec.Volumes = []corev1.Volume{
 					{Name: "a", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
@@ -1190,6 +1190,7 @@ func TestPodAllowed(t *testing.T) {
 					{Name: "c", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "c"}}},
 					{Name: "d", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{}}},
 					{Name: "e", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}},
+					{Name: "f", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "kubenest.io/busybox:1.35", PullPolicy: corev1.PullIfNotPresent}}},
 				}
 			},
 		},

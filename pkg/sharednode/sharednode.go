@@ -110,12 +110,13 @@ func checkHost(s *corev1.PodSpec) *Refusal {
 }
 
 // checkVolumes refuses volumes the shared node cannot give: it runs emptyDir, configMap,
-// secret, downwardAPI and projected volumes (of those, and of service-account tokens).
+// secret, downwardAPI, projected (of those, and of service-account tokens) and image volumes
+// (an OCI image mounted read-only, pulled like a container's).
 func checkVolumes(volumes []corev1.Volume) *Refusal {
 	for i, v := range volumes {
 		field := fmt.Sprintf("spec.volumes[%d]", i)
 		switch {
-		case v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil, v.DownwardAPI != nil:
+		case v.EmptyDir != nil, v.ConfigMap != nil, v.Secret != nil, v.DownwardAPI != nil, v.Image != nil:
 		case v.Projected != nil:
 			for j, s := range v.Projected.Sources {
 				if s.ConfigMap == nil && s.Secret == nil && s.DownwardAPI == nil && s.ServiceAccountToken == nil {
@@ -128,7 +129,7 @@ func checkVolumes(volumes []corev1.Volume) *Refusal {
 		case v.PersistentVolumeClaim != nil:
 			return &Refusal{Field: field + ".persistentVolumeClaim", Reason: "persistent volume claims are not supported on the shared node; use a promoted node"}
 		default:
-			return &Refusal{Field: field, Reason: "this volume type is not supported on the shared node (emptyDir, configMap, secret, downwardAPI and projected are)"}
+			return &Refusal{Field: field, Reason: "this volume type is not supported on the shared node (emptyDir, configMap, secret, downwardAPI, projected and image are)"}
 		}
 	}
 	return nil

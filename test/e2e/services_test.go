@@ -264,7 +264,12 @@ look() { for i in 1 2 3 4 5; do nslookup "$1" && return 0; sleep 1; done; return
 // its log and whether it succeeded.
 func runTenantPod(t *testing.T, ctx context.Context, tenant kubernetes.Interface, name, node, script string) (string, bool) {
 	t.Helper()
-	pod := &corev1.Pod{
+	return runTenantPodSpec(t, ctx, tenant, scriptPod(name, node, script))
+}
+
+// scriptPod is a busybox pod of the tenant's default namespace that runs script once on node.
+func scriptPod(name, node, script string) *corev1.Pod {
+	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
@@ -274,6 +279,13 @@ func runTenantPod(t *testing.T, ctx context.Context, tenant kubernetes.Interface
 				Command: []string{"sh", "-c", script}}},
 		},
 	}
+}
+
+// runTenantPodSpec runs pod in the tenant's default namespace, waits for it to finish and returns its log
+// and whether it succeeded.
+func runTenantPodSpec(t *testing.T, ctx context.Context, tenant kubernetes.Interface, pod *corev1.Pod) (string, bool) {
+	t.Helper()
+	name, node := pod.Name, pod.Spec.NodeName
 	pods := tenant.CoreV1().Pods("default")
 	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

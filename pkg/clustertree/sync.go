@@ -30,25 +30,25 @@ const (
 // kubelet does (CreateContainerConfigError, a volume not mounted), until the tenant makes it
 // and its copy follows (copies.go).
 func (p *provider) syncRefs(ctx context.Context, pod *corev1.Pod, hostPod string, refs Refs) error {
-	for _, r := range refs.ConfigMaps {
-		cm, err := p.tenantConfigMaps.ConfigMaps(pod.Namespace).Get(r.Name)
+	for _, name := range refs.ConfigMaps {
+		cm, err := p.tenantConfigMaps.ConfigMaps(pod.Namespace).Get(name)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("tenant ConfigMap %s/%s: %w", pod.Namespace, r.Name, err)
+			return fmt.Errorf("tenant ConfigMap %s/%s: %w", pod.Namespace, name, err)
 		}
 		if err := p.upsertConfigMap(ctx, cm); err != nil {
 			return err
 		}
 	}
-	for _, r := range refs.Secrets {
-		s, err := p.tenantSecrets.Secrets(pod.Namespace).Get(r.Name)
+	for _, name := range refs.Secrets {
+		s, err := p.tenantSecrets.Secrets(pod.Namespace).Get(name)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("tenant Secret %s/%s: %w", pod.Namespace, r.Name, err)
+			return fmt.Errorf("tenant Secret %s/%s: %w", pod.Namespace, name, err)
 		}
 		if err := p.upsertSecret(ctx, p.tr.Object(s.ObjectMeta), s.Type, s.Data); err != nil {
 			return err

@@ -160,17 +160,13 @@ type Translator struct {
 	ServiceCIDR netip.Prefix
 }
 
-// Ref names a tenant ConfigMap or Secret a pod refers to; Optional when every reference to it
-// is optional, so a missing one does not hold the pod.
-type Ref struct {
-	Name     string
-	Optional bool
-}
-
 // Refs are the tenant objects a pod needs in the host.
 type Refs struct {
-	ConfigMaps []Ref
-	Secrets    []Ref
+	// ConfigMaps and Secrets are the names of those the pod refers to, sorted. Each is copied
+	// when it exists; a missing one, optional or not, is copied once it is made (the host's
+	// kubelet holds the pod until then, as a kubelet does).
+	ConfigMaps []string
+	Secrets    []string
 	// TokenSources are the pod's projected service-account token sources, in volume order;
 	// source i is stored under TokenKey(i) of the pod's token Secret.
 	TokenSources []corev1.ServiceAccountTokenProjection
@@ -221,7 +217,7 @@ func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1
 	}
 	var pullSecrets []corev1.LocalObjectReference
 	for _, s := range spec.ImagePullSecrets {
-		refs.secret(s.Name, true)
+		refs.secret(s.Name)
 		pullSecrets = append(pullSecrets, corev1.LocalObjectReference{Name: name(s.Name)})
 	}
 
@@ -429,10 +425,10 @@ func (t Translator) container(c corev1.Container, base []corev1.EnvVar, name fun
 		if vf := env[i].ValueFrom; vf != nil {
 			switch {
 			case vf.ConfigMapKeyRef != nil:
-				refs.configMap(vf.ConfigMapKeyRef.Name, isTrue(vf.ConfigMapKeyRef.Optional))
+				refs.configMap(vf.ConfigMapKeyRef.Name)
 				vf.ConfigMapKeyRef.Name = name(vf.ConfigMapKeyRef.Name)
 			case vf.SecretKeyRef != nil:
-				refs.secret(vf.SecretKeyRef.Name, isTrue(vf.SecretKeyRef.Optional))
+				refs.secret(vf.SecretKeyRef.Name)
 				vf.SecretKeyRef.Name = name(vf.SecretKeyRef.Name)
 			case vf.FieldRef != nil:
 				vf.FieldRef.FieldPath = refs.fieldPath(vf.FieldRef.FieldPath)
@@ -442,11 +438,11 @@ func (t Translator) container(c corev1.Container, base []corev1.EnvVar, name fun
 	c.Env = env
 	for i := range c.EnvFrom {
 		if r := c.EnvFrom[i].ConfigMapRef; r != nil {
-			refs.configMap(r.Name, isTrue(r.Optional))
+			refs.configMap(r.Name)
 			r.Name = name(r.Name)
 		}
 		if r := c.EnvFrom[i].SecretRef; r != nil {
-			refs.secret(r.Name, isTrue(r.Optional))
+			refs.secret(r.Name)
 			r.Name = name(r.Name)
 		}
 	}
@@ -490,10 +486,10 @@ func (t Translator) volumes(in []corev1.Volume, hostPod string, name func(string
 		switch {
 		case v.EmptyDir != nil:
 		case v.ConfigMap != nil:
-			refs.configMap(v.ConfigMap.Name, isTrue(v.ConfigMap.Optional))
+			refs.configMap(v.ConfigMap.Name)
 			v.ConfigMap.Name = name(v.ConfigMap.Name)
 		case v.Secret != nil:
-			refs.secret(v.Secret.SecretName, isTrue(v.Secret.Optional))
+			refs.secret(v.Secret.SecretName)
 			v.Secret.SecretName = name(v.Secret.SecretName)
 		case v.DownwardAPI != nil:
 			refs.downwardAPIItems(v.DownwardAPI.Items)
@@ -502,10 +498,10 @@ func (t Translator) volumes(in []corev1.Volume, hostPod string, name func(string
 				s := &v.Projected.Sources[j]
 				switch {
 				case s.ConfigMap != nil:
-					refs.configMap(s.ConfigMap.Name, isTrue(s.ConfigMap.Optional))
+					refs.configMap(s.ConfigMap.Name)
 					s.ConfigMap.Name = name(s.ConfigMap.Name)
 				case s.Secret != nil:
-					refs.secret(s.Secret.Name, isTrue(s.Secret.Optional))
+					refs.secret(s.Secret.Name)
 					s.Secret.Name = name(s.Secret.Name)
 				case s.DownwardAPI != nil:
 					refs.downwardAPIItems(s.DownwardAPI.Items)
@@ -528,7 +524,7 @@ func (t Translator) volumes(in []corev1.Volume, hostPod string, name func(string
 
 // refSet collects, without duplicates, what a pod refers to.
 type refSet struct {
-	configMaps, secrets []Ref
+	configMaps, secrets []string
 	tokens              []corev1.ServiceAccountTokenProjection
 	// What its downward API reads of the pod's metadata: single annotations, single labels the
 	// host pod does not carry as labels, all labels, all annotations.
@@ -544,25 +540,18 @@ func addKey(keys *map[string]bool, k string) {
 	(*keys)[k] = true
 }
 
-func (r *refSet) configMap(n string, optional bool) { r.configMaps = addRef(r.configMaps, n, optional) }
-func (r *refSet) secret(n string, optional bool)    { r.secrets = addRef(r.secrets, n, optional) }
+func (r *refSet) configMap(n string) { r.configMaps = addRef(r.configMaps, n) }
+func (r *refSet) secret(n string)    { r.secrets = addRef(r.secrets, n) }
 
-// addRef adds a reference; a name referred to both ways is required.
-func addRef(refs []Ref, name string, optional bool) []Ref {
-	for i := range refs {
-		if refs[i].Name == name {
-			refs[i].Optional = refs[i].Optional && optional
-			return refs
-		}
+func addRef(refs []string, name string) []string {
+	if slices.Contains(refs, name) {
+		return refs
 	}
-	return append(refs, Ref{Name: name, Optional: optional})
+	return append(refs, name)
 }
 
 func (r *refSet) done() Refs {
-	byName := func(a, b Ref) int { return strings.Compare(a.Name, b.Name) }
-	slices.SortFunc(r.configMaps, byName)
-	slices.SortFunc(r.secrets, byName)
+	slices.Sort(r.configMaps)
+	slices.Sort(r.secrets)
 	return Refs{ConfigMaps: r.configMaps, Secrets: r.secrets, TokenSources: r.tokens}
 }
-
-func isTrue(b *bool) bool { return b != nil && *b }

@@ -542,7 +542,7 @@ func TestPod(t *testing.T) {
 				if got := env["PASSWORD"].ValueFrom; got == nil || !reflect.DeepEqual(got.SecretKeyRef, wantSecret) {
 					t.Errorf("PASSWORD comes from %+v, want %+v", got, wantSecret)
 				}
-				want := Refs{ConfigMaps: []Ref{{Name: "settings"}}, Secrets: []Ref{{Name: "creds", Optional: true}}}
+				want := Refs{ConfigMaps: []string{"settings"}, Secrets: []string{"creds"}}
 				if !reflect.DeepEqual(refs, want) {
 					t.Errorf("refs = %+v, want %+v", refs, want)
 				}
@@ -609,7 +609,7 @@ func TestPod(t *testing.T) {
 				if got := host.Spec.Containers[0].EnvFrom; !reflect.DeepEqual(got, want) {
 					t.Errorf("envFrom = %+v, want %+v", got, want)
 				}
-				wantRefs := Refs{ConfigMaps: []Ref{{Name: "settings"}}, Secrets: []Ref{{Name: "creds", Optional: true}}}
+				wantRefs := Refs{ConfigMaps: []string{"settings"}, Secrets: []string{"creds"}}
 				if !reflect.DeepEqual(refs, wantRefs) {
 					t.Errorf("refs = %+v, want %+v", refs, wantRefs)
 				}
@@ -650,7 +650,7 @@ func TestPod(t *testing.T) {
 				if got := c.EnvFrom[0].SecretRef.Name; got != hn("init-creds") {
 					t.Errorf("envFrom Secret = %q, want %q", got, hn("init-creds"))
 				}
-				want := Refs{ConfigMaps: []Ref{{Name: "init-settings"}}, Secrets: []Ref{{Name: "init-creds"}}}
+				want := Refs{ConfigMaps: []string{"init-settings"}, Secrets: []string{"init-creds"}}
 				if !reflect.DeepEqual(refs, want) {
 					t.Errorf("refs = %+v, want %+v", refs, want)
 				}
@@ -718,7 +718,7 @@ func TestPod(t *testing.T) {
 				if !reflect.DeepEqual(host.Spec.Volumes, want) {
 					t.Errorf("volumes = %+v, want %+v", host.Spec.Volumes, want)
 				}
-				wantRefs := Refs{ConfigMaps: []Ref{{Name: "settings"}}, Secrets: []Ref{{Name: "creds", Optional: true}}}
+				wantRefs := Refs{ConfigMaps: []string{"settings"}, Secrets: []string{"creds"}}
 				if !reflect.DeepEqual(refs, wantRefs) {
 					t.Errorf("refs = %+v, want %+v", refs, wantRefs)
 				}
@@ -884,8 +884,8 @@ func TestPod(t *testing.T) {
 					t.Errorf("volume mounts = %+v, want %+v", host.Spec.Containers[0].VolumeMounts, tenant.Spec.Containers[0].VolumeMounts)
 				}
 				wantRefs := Refs{
-					ConfigMaps: []Ref{{Name: "kube-root-ca.crt"}},
-					Secrets:    []Ref{{Name: "vault-ca", Optional: true}},
+					ConfigMaps: []string{"kube-root-ca.crt"},
+					Secrets:    []string{"vault-ca"},
 					TokenSources: []corev1.ServiceAccountTokenProjection{
 						{Path: "token", ExpirationSeconds: ptr.To[int64](3607)},
 						{Audience: "vault", Path: "vault-token"},
@@ -897,7 +897,7 @@ func TestPod(t *testing.T) {
 			},
 		},
 		{
-			name: "refs are deduplicated, sorted, and optional only when every reference is",
+			name: "refs are deduplicated and sorted",
 			pod: func(p *corev1.Pod) {
 				cmEnv := func(name, cm string, optional bool) corev1.EnvVar {
 					return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
@@ -925,8 +925,8 @@ func TestPod(t *testing.T) {
 			},
 			check: func(t *testing.T, _, _ *corev1.Pod, refs Refs) {
 				want := Refs{
-					ConfigMaps: []Ref{{Name: "both-optional", Optional: true}, {Name: "mid"}, {Name: "zeta"}},
-					Secrets:    []Ref{{Name: "regcred", Optional: true}, {Name: "s-a"}, {Name: "s-b", Optional: true}},
+					ConfigMaps: []string{"both-optional", "mid", "zeta"},
+					Secrets:    []string{"regcred", "s-a", "s-b"},
 				}
 				if !reflect.DeepEqual(refs, want) {
 					t.Errorf("refs = %+v, want %+v", refs, want)
@@ -943,7 +943,7 @@ func TestPod(t *testing.T) {
 				if !reflect.DeepEqual(host.Spec.ImagePullSecrets, want) {
 					t.Errorf("imagePullSecrets = %v, want %v", host.Spec.ImagePullSecrets, want)
 				}
-				wantRefs := Refs{Secrets: []Ref{{Name: "mirror", Optional: true}, {Name: "regcred", Optional: true}}}
+				wantRefs := Refs{Secrets: []string{"mirror", "regcred"}}
 				if !reflect.DeepEqual(refs, wantRefs) {
 					t.Errorf("refs = %+v, want %+v", refs, wantRefs)
 				}

@@ -25,17 +25,7 @@ import (
 )
 
 func TestControlPlaneProcesses(t *testing.T) {
-	bin := testtenant.Binaries(t)
-	vc := testtenant.VirtualCluster("smoke", "6b1f7a52-0000-4000-8000-000000000001")
-	// The operator's material (authorities, leaves, the Secrets the pods mount) and the admin
-	// kubeconfig, as the operator writes it, for this machine's endpoint.
-	tenant, cfg := testtenant.RunStandalone(t, bin, vc)
-	client := kubernetes.NewForConfigOrDie(cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if err := tenant.WaitReady(ctx, cfg); err != nil {
-		t.Fatalf("tenant apiserver not ready: %v", err)
-	}
+	tenant, cfg, client, ctx := readyTenant(t, "smoke", "6b1f7a52-0000-4000-8000-000000000001")
 	readyAfter := time.Since(tenant.Started)
 
 	// What the apiserver creates for itself when it starts (bootstrap.go).

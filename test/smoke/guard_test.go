@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubenest-io/kubenest/internal/testtenant"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 )
 
@@ -21,15 +20,7 @@ import (
 // flags the operator gives it: what would reach past the tenant is refused with a message that
 // says why, and the legitimate use next to it works.
 func TestTenantGuard(t *testing.T) {
-	bin := testtenant.Binaries(t)
-	vc := testtenant.VirtualCluster("guard", "6b1f7a52-0000-4000-8000-000000000002")
-	tenant, cfg := testtenant.RunStandalone(t, bin, vc)
-	client := kubernetes.NewForConfigOrDie(cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if err := tenant.WaitReady(ctx, cfg); err != nil {
-		t.Fatalf("tenant apiserver not ready: %v", err)
-	}
+	_, _, client, ctx := readyTenant(t, "guard", "6b1f7a52-0000-4000-8000-000000000002")
 	tenantRange := controlplane.DefaultSettings().ServiceCIDR // what RunStandalone runs it with
 
 	refused := func(what string, err error, says ...string) {

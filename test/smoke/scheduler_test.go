@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/kubenest-io/kubenest/internal/testtenant"
 	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
 
@@ -23,15 +22,7 @@ import (
 // refuse is never bound to it, but goes to the ordinary node, or stays Pending saying why when
 // it may only run on the shared node; an ordinary pod is bound to the shared node.
 func TestSharedNodeFilter(t *testing.T) {
-	bin := testtenant.Binaries(t)
-	vc := testtenant.VirtualCluster("sched", "6b1f7a52-0000-4000-8000-000000000003")
-	tenant, cfg := testtenant.RunStandalone(t, bin, vc)
-	client := kubernetes.NewForConfigOrDie(cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if err := tenant.WaitReady(ctx, cfg); err != nil {
-		t.Fatalf("tenant apiserver not ready: %v", err)
-	}
+	_, _, client, ctx := readyTenant(t, "sched", "6b1f7a52-0000-4000-8000-000000000003")
 	addNode(t, ctx, client, "kubenest-shared", map[string]string{sharednode.LabelVirtualNode: "true"})
 	addNode(t, ctx, client, "lent-1", nil)
 	waitServiceAccount(t, ctx, client, "default", "default")

@@ -7,9 +7,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -166,6 +168,44 @@ func TestSharedNode(t *testing.T) {
 		out := kubectl(t, "--kubeconfig", kubeconfig, "exec", "resize", "--", "sh", "-c", "cat /sys/fs/cgroup/cpu.max 2>/dev/null || cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us")
 		if !strings.HasPrefix(strings.TrimSpace(out), "30000") {
 			t.Errorf("the container's CPU quota after the resize: %q, want 30000", out)
+		}
+	})
+
+	t.Run("a missing image shows as the host kubelet's events on the tenant pod", func(t *testing.T) {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "no-image", Namespace: "default"},
+			Spec: corev1.PodSpec{NodeName: sharedNode, TerminationGracePeriodSeconds: ptr.To[int64](1),
+				Containers: []corev1.Container{{Name: "main", Image: "kubenest.io/no-such-image:0.0.1"}}},
+		}
+		if _, err := tenant.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = tenant.CoreV1().Pods("default").Delete(context.Background(), p.Name, metav1.DeleteOptions{})
+		}()
+		start := time.Now()
+		var seen map[string]corev1.Event
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			events, err := tenant.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name})
+			if err != nil {
+				return false, nil
+			}
+			seen = map[string]corev1.Event{}
+			for _, e := range events.Items {
+				seen[e.Reason] = e
+			}
+			_, failed := seen["Failed"]
+			_, backOff := seen["BackOff"]
+			return failed && backOff, nil
+		})
+		if err != nil {
+			t.Fatalf("no Failed and BackOff events on the tenant pod within 30 s; it has %v", slices.Collect(maps.Keys(seen)))
+		}
+		t.Logf("Failed and BackOff in the tenant %s after the pod was created: %q", time.Since(start).Round(100*time.Millisecond), seen["Failed"].Message)
+		for _, e := range seen {
+			if strings.Contains(e.Message, ns) || strings.Contains(e.Message, "-x-") || e.Source.Host == "kn-worker-1" || e.Source.Host == "kn-worker-2" {
+				t.Errorf("event %s names the host: %q (source %+v)", e.Reason, e.Message, e.Source)
+			}
 		}
 	})
 

@@ -32,6 +32,13 @@ func (c conditionSetter) kubeletReady(ok bool, where string) {
 	c.Set(v1alpha1.PoolNodeConditionKubeletReady, false, "NotReady", where+" but is not Ready")
 }
 
+// Quarantine quarantines pn for the tenant q names, its Clean condition saying so in the same
+// status write, so nobody reads a quarantined node as clean.
+func Quarantine(pn *v1alpha1.PoolNode, q v1alpha1.Quarantine, now time.Time) {
+	pn.Status.Quarantine = &q
+	conditionSetter{condition.Setter{List: &pn.Status.Conditions, Generation: pn.Generation, Now: now}}.clean(pn)
+}
+
 // clean says whether the node is to be trusted: false while it is quarantined.
 func (c conditionSetter) clean(pn *v1alpha1.PoolNode) {
 	q := pn.Status.Quarantine

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/poolnode"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/nodepool"
 )
@@ -203,10 +204,11 @@ func (r *Reconciler) quarantine(ctx context.Context, vc *v1alpha1.VirtualCluster
 			continue
 		}
 		patch := client.MergeFrom(pn.DeepCopy())
-		pn.Status.Quarantine = &v1alpha1.Quarantine{
+		now := r.Clock.Now()
+		poolnode.Quarantine(pn, v1alpha1.Quarantine{
 			Tenant: v1alpha1.TenantReference{Namespace: vc.Namespace, Name: vc.Name, UID: vc.UID, Request: tenantRequest(pn)},
-			Since:  metav1.NewTime(r.Clock.Now()),
-		}
+			Since:  metav1.NewTime(now),
+		}, now)
 		if err := r.Client.Status().Patch(ctx, pn, patch); err != nil {
 			return fmt.Errorf("quarantining PoolNode %s: %w", pn.Name, err)
 		}

@@ -150,7 +150,10 @@ func SnapshotJob(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSnaps
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
-					RestartPolicy:                corev1.RestartPolicyNever,
+					RestartPolicy: corev1.RestartPolicyNever,
+					// Where the tenant's etcd may run: a restore's members mount this claim,
+					// which the node it was written on holds.
+					Affinity:                     awayFromLendableNodes(s),
 					AutomountServiceAccountToken: ptr.To(false),
 					EnableServiceLinks:           ptr.To(false),
 					SecurityContext:              podSecurityContext(),

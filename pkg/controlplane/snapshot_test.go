@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
@@ -107,6 +108,39 @@ func TestWithRestore(t *testing.T) {
 			}) {
 				t.Errorf("restore from S3: %q, env %+v", args, init.Env)
 			}
+		}
+	}
+}
+
+// A tenant's etcd, its control plane and its snapshots (whose claim pins them, and the members
+// restored from them, to a node) stay off lendable nodes, unless the platform allows it.
+func TestAwayFromLendableNodes(t *testing.T) {
+	vc := newVC()
+	specs := func(s controlplane.Settings) map[string]corev1.PodSpec {
+		cp, err := controlplane.ControlPlaneDeployment(vc, s, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return map[string]corev1.PodSpec{
+			"etcd":          controlplane.EtcdStatefulSet(vc, s, "").Spec.Template.Spec,
+			"control plane": cp.Spec.Template.Spec,
+			"snapshot":      controlplane.SnapshotJob(vc, snapshotOf(vc, nil), s).Spec.Template.Spec,
+		}
+	}
+	notLendable := []corev1.NodeSelectorRequirement{{Key: v1alpha1.LabelLendable, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"true"}}}
+	for name, pod := range specs(controlplane.DefaultSettings()) {
+		na := pod.Affinity.NodeAffinity
+		if na.RequiredDuringSchedulingIgnoredDuringExecution == nil ||
+			!equality.Semantic.DeepEqual(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions, notLendable) {
+			t.Errorf("%s: node affinity %+v, want required %v", name, na, notLendable)
+		}
+	}
+	allowed := controlplane.DefaultSettings()
+	allowed.ControlPlanesOnLendableNodes = true
+	for name, pod := range specs(allowed) {
+		na := pod.Affinity.NodeAffinity
+		if na.RequiredDuringSchedulingIgnoredDuringExecution != nil || len(na.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
+			t.Errorf("%s, allowed on lendable nodes: node affinity %+v, want a preference only", name, na)
 		}
 	}
 }

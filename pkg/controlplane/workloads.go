@@ -400,22 +400,7 @@ func args(layers ...map[string]string) []string {
 }
 
 func podTemplate(s Settings, labels map[string]string, certsHash string, spec corev1.PodSpec) corev1.PodTemplateSpec {
-	// Away from nodes that may be lent to tenants: lending a node drains it, which would move
-	// (and, with ephemeral storage, empty) a tenant's etcd, so a node that runs one is never
-	// lent. A preference alone loses to the scheduler's other scores (a busier node, members
-	// spread over hostnames), and one tenant's pod would then keep the node from every tenant.
-	notLendable := corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
-		Key: v1alpha1.LabelLendable, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"true"},
-	}}}
-	affinity := &corev1.NodeAffinity{
-		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{notLendable}},
-	}
-	if s.ControlPlanesOnLendableNodes {
-		affinity = &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
-			Weight: 100, Preference: notLendable,
-		}}}
-	}
-	spec.Affinity = &corev1.Affinity{NodeAffinity: affinity}
+	spec.Affinity = awayFromLendableNodes(s)
 	// Members of one tenant on different machines where the nodes allow it: losing one node
 	// then costs a HA tenant one etcd member and one apiserver, not its quorum.
 	spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
@@ -435,6 +420,26 @@ func podTemplate(s Settings, labels map[string]string, certsHash string, spec co
 		},
 		Spec: spec,
 	}
+}
+
+// awayFromLendableNodes keeps a tenant's pods that hold its data (etcd, the control plane, a
+// snapshot and the claim it pins to its node) off nodes that may be lent to tenants: lending a
+// node drains it, which would move (and, with ephemeral storage, empty) a tenant's etcd, so a
+// node that runs one is never lent. A preference alone loses to the scheduler's other scores
+// (a busier node, members spread over hostnames), and one tenant's pod would then keep the node
+// from every tenant; Settings.ControlPlanesOnLendableNodes makes it one.
+func awayFromLendableNodes(s Settings) *corev1.Affinity {
+	notLendable := corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+		Key: v1alpha1.LabelLendable, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"true"},
+	}}}
+	if s.ControlPlanesOnLendableNodes {
+		return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+			Weight: 100, Preference: notLendable,
+		}}}}
+	}
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{notLendable}},
+	}}
 }
 
 func podSecurityContext() *corev1.PodSecurityContext {

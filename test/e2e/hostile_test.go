@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -210,15 +211,18 @@ func TestHostileTenant(t *testing.T) {
 			t.Fatalf("the pod does not run on the shared node: %v", err)
 		}
 		// kubectl debug, with what would give the container the host: refused by the tenant.
+		// As kubectl debug does, again on a conflict (the shared node writes the pod's status).
 		debug := func(name string, sc *corev1.SecurityContext) error {
-			p, err := evil.CoreV1().Pods("default").Get(ctx, "debug-me", metav1.GetOptions{})
-			if err != nil {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				p, err := evil.CoreV1().Pods("default").Get(ctx, "debug-me", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+					Name: name, Image: BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}, SecurityContext: sc}})
+				_, err = evil.CoreV1().Pods("default").UpdateEphemeralContainers(ctx, "debug-me", p, metav1.UpdateOptions{})
 				return err
-			}
-			p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
-				Name: name, Image: BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}, SecurityContext: sc}})
-			_, err = evil.CoreV1().Pods("default").UpdateEphemeralContainers(ctx, "debug-me", p, metav1.UpdateOptions{})
-			return err
+			})
 		}
 		refused(t, "a privileged ephemeral container on the shared node", debug("root", &corev1.SecurityContext{Privileged: ptr.To(true)}),
 			"KubeNestTenantGuard", "privileged")

@@ -32,11 +32,17 @@ func (c conditionSetter) kubeletReady(ok bool, where string) {
 	c.Set(v1alpha1.PoolNodeConditionKubeletReady, false, "NotReady", where+" but is not Ready")
 }
 
-// Quarantine quarantines pn for the tenant q names, its Clean condition saying so in the same
-// status write, so nobody reads a quarantined node as clean.
-func Quarantine(pn *v1alpha1.PoolNode, q v1alpha1.Quarantine, now time.Time) {
-	pn.Status.Quarantine = &q
-	conditionSetter{condition.Setter{List: &pn.Status.Conditions, Generation: pn.Generation, Now: now}}.clean(pn)
+// conditionsOf sets pn's conditions, stamped with its generation and now.
+func conditionsOf(pn *v1alpha1.PoolNode, now time.Time) conditionSetter {
+	return conditionSetter{condition.Setter{List: &pn.Status.Conditions, Generation: pn.Generation, Now: now}}
+}
+
+// SetQuarantine sets pn's quarantine (nil ends it) and its Clean condition together, so that
+// the status write that carries one carries the other: nobody reads a quarantined node as
+// clean, or a clean one as quarantined.
+func SetQuarantine(pn *v1alpha1.PoolNode, q *v1alpha1.Quarantine, now time.Time) {
+	pn.Status.Quarantine = q
+	conditionsOf(pn, now).clean(pn)
 }
 
 // clean says whether the node is to be trusted: false while it is quarantined.

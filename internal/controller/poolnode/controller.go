@@ -28,7 +28,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
-	"github.com/kubenest-io/kubenest/internal/controller/condition"
 	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/internal/tenantclient"
 	"github.com/kubenest-io/kubenest/pkg/nodepool"
@@ -121,7 +120,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	before := pn.DeepCopy()
 	now := r.Clock.Now()
-	conds := conditionSetter{condition.Setter{List: &pn.Status.Conditions, Generation: pn.Generation, Now: now}}
+	conds := conditionsOf(pn, now)
 	result, drained, err := r.reconcileNode(ctx, pn, node, conds)
 	conds.reporting(pn, now, r.AgentTimeout)
 	conds.clean(pn)
@@ -269,7 +268,7 @@ func (r *Reconciler) markClean(ctx context.Context, pn *v1alpha1.PoolNode) error
 	}
 	if q := pn.Status.Quarantine; q != nil {
 		patch := client.MergeFrom(pn.DeepCopy())
-		pn.Status.Quarantine = nil
+		SetQuarantine(pn, nil, r.Clock.Now())
 		if err := r.Client.Status().Patch(ctx, pn, patch); err != nil {
 			return fmt.Errorf("clearing the quarantine: %w", err)
 		}

@@ -205,7 +205,7 @@ func (r *Reconciler) quarantine(ctx context.Context, vc *v1alpha1.VirtualCluster
 		}
 		patch := client.MergeFrom(pn.DeepCopy())
 		now := r.Clock.Now()
-		poolnode.Quarantine(pn, v1alpha1.Quarantine{
+		poolnode.SetQuarantine(pn, &v1alpha1.Quarantine{
 			Tenant: v1alpha1.TenantReference{Namespace: vc.Namespace, Name: vc.Name, UID: vc.UID, Request: tenantRequest(pn)},
 			Since:  metav1.NewTime(now),
 		}, now)

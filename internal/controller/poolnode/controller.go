@@ -125,8 +125,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	conds.reporting(pn, now, r.AgentTimeout)
 	conds.clean(pn)
 	pn.Status.Phase = nodepool.Phase(pn, drained, now, r.AgentTimeout)
-	if perr := r.Client.Status().Patch(ctx, pn, client.MergeFrom(before)); client.IgnoreNotFound(perr) != nil {
+	// The conditions go as one list, so the write must not land on a status that changed since
+	// the read (a quarantine set meanwhile would be left with Clean=True). A conflict is no
+	// error: the change that caused it is an event that reconciles the node again. The lock is
+	// on what pn last read, which reconcileNode's own writes move on.
+	before.ResourceVersion = pn.ResourceVersion
+	perr := r.Client.Status().Patch(ctx, pn, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
+	if client.IgnoreNotFound(perr) != nil && !apierrors.IsConflict(perr) {
 		err = errors.Join(err, fmt.Errorf("patching status: %w", perr))
+	}
+	if apierrors.IsConflict(perr) {
+		return result, err
 	}
 	if before.Status.Phase != pn.Status.Phase {
 		ctrl.LoggerFrom(ctx).Info("node phase changed", "from", before.Status.Phase, "to", pn.Status.Phase)
@@ -267,7 +276,7 @@ func (r *Reconciler) markClean(ctx context.Context, pn *v1alpha1.PoolNode) error
 		return nil
 	}
 	if q := pn.Status.Quarantine; q != nil {
-		patch := client.MergeFrom(pn.DeepCopy())
+		patch := client.MergeFromWithOptions(pn.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		SetQuarantine(pn, nil, r.Clock.Now())
 		if err := r.Client.Status().Patch(ctx, pn, patch); err != nil {
 			return fmt.Errorf("clearing the quarantine: %w", err)

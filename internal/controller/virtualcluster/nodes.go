@@ -203,7 +203,8 @@ func (r *Reconciler) quarantine(ctx context.Context, vc *v1alpha1.VirtualCluster
 		if !lent || pn.Status.Quarantine != nil {
 			continue
 		}
-		patch := client.MergeFrom(pn.DeepCopy())
+		// Locked: the write carries the whole conditions list, read from a cache that may be behind.
+		patch := client.MergeFromWithOptions(pn.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		now := r.Clock.Now()
 		poolnode.SetQuarantine(pn, &v1alpha1.Quarantine{
 			Tenant: v1alpha1.TenantReference{Namespace: vc.Namespace, Name: vc.Name, UID: vc.UID, Request: tenantRequest(pn)},

@@ -47,6 +47,7 @@ func TestValidation(t *testing.T) {
 				v.Spec.Nodes = v1alpha1.NodesSpec{Shared: true, Promotions: []v1alpha1.NodePromotion{{Name: "gpu", Count: 2,
 					Selector: metav1.LabelSelector{MatchLabels: map[string]string{"gpu": "true"}}}}}
 				v.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "platform-ca", Kind: "ClusterIssuer"}}
+				v.Spec.Sleep.Asleep = true
 			})},
 			{name: "external issuer", vc: vc("external-issuer", func(v *v1alpha1.VirtualCluster) {
 				v.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "pca", Kind: "AWSPCAClusterIssuer", Group: "awspca.cert-manager.io"}}
@@ -74,6 +75,9 @@ func TestValidation(t *testing.T) {
 			{name: "ephemeral etcd of three", vc: vc("eph-three", func(v *v1alpha1.VirtualCluster) {
 				v.Spec.Etcd = v1alpha1.EtcdSpec{Replicas: 3, Storage: ephemeral}
 			}), errHas: []string{"spec.etcd", "etcd.storage.ephemeral needs etcd.replicas 1"}},
+			{name: "asleep with ephemeral etcd", vc: vc("eph-asleep", func(v *v1alpha1.VirtualCluster) {
+				v.Spec.Etcd.Storage, v.Spec.Sleep.Asleep = ephemeral, true
+			}), errHas: []string{"spec.sleep.asleep", "needs etcd.storage.persistentVolumeClaim"}},
 			{name: "two kinds of storage", vc: vc("two-storage", func(v *v1alpha1.VirtualCluster) {
 				v.Spec.Etcd.Storage = v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{},
 					PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimStorage{Size: resource.MustParse("1Gi")}}

@@ -41,6 +41,7 @@ type VirtualCluster struct {
 // an empty spec asks for a single-replica control plane reached through a ClusterIP Service.
 // +kubebuilder:validation:XValidation:rule="has(self.pki) == has(oldSelf.pki) && (!has(self.pki) || self.pki == oldSelf.pki)",message="pki is immutable: the issuer of the tenant's CA is chosen at creation"
 // +kubebuilder:validation:XValidation:rule="!has(self.nodes) || !has(self.nodes.promotions) || self.nodes.promotions.all(p, p.count == 0) || !has(self.controlPlane.exposure) || self.controlPlane.exposure.type != 'ClusterIP'",fieldPath=".controlPlane.exposure.type",message="nodes.promotions need controlPlane.exposure.type NodePort or LoadBalancer: a lent node leaves the host's Service network with the host's kube-proxy, so its kubelet cannot reach a ClusterIP"
+// +kubebuilder:validation:XValidation:rule="!(has(self.sleep) && has(self.sleep.asleep) && self.sleep.asleep && has(self.etcd.storage) && has(self.etcd.storage.ephemeral))",fieldPath=".sleep.asleep",message="sleep.asleep needs etcd.storage.persistentVolumeClaim: an ephemeral etcd would lose the tenant's data when its pod stops"
 // +kubebuilder:validation:XValidation:rule="has(self.restore) == has(oldSelf.restore) && (!has(self.restore) || self.restore == oldSelf.restore)",fieldPath=".restore",message="restore is fixed at creation: restoring over a running tenant is not supported (its clients and nodes would see their objects go back in time); create a new VirtualCluster from the snapshot"
 type VirtualClusterSpec struct {
 	// controlPlane configures the tenant's kube-apiserver, kube-controller-manager and
@@ -73,6 +74,21 @@ type VirtualClusterSpec struct {
 	// creation.
 	// +optional
 	Restore *RestoreSpec `json:"restore,omitempty"`
+
+	// sleep puts the tenant to sleep, or wakes it.
+	// +optional
+	Sleep SleepSpec `json:"sleep,omitzero"`
+}
+
+// SleepSpec says whether the tenant sleeps. Asleep, no process of the tenant runs in the host:
+// its etcd and control-plane pods are gone, the shared node's pods of the tenant are removed,
+// and its data stays on etcd's volumes. Lent nodes stay lent and keep running their pods, their
+// kubelets out of touch until the tenant wakes. Awake again, the tenant comes back as it was:
+// the shared node makes the host pods of the tenant's pods again.
+type SleepSpec struct {
+	// asleep: true puts the tenant to sleep; false (or unset) wakes it.
+	// +optional
+	Asleep bool `json:"asleep,omitempty"`
 }
 
 // PKISpec makes a cert-manager issuer the source of the tenant's cluster CA.
@@ -342,7 +358,7 @@ const (
 )
 
 // VirtualClusterPhase summarises the conditions for people and printer columns.
-// +kubebuilder:validation:Enum=Pending;Provisioning;Ready;Degraded;Failed;Deleting
+// +kubebuilder:validation:Enum=Pending;Provisioning;Ready;Degraded;Failed;Deleting;Sleeping
 type VirtualClusterPhase string
 
 const (
@@ -358,6 +374,8 @@ const (
 	PhaseFailed VirtualClusterPhase = "Failed"
 	// PhaseDeleting: the tenant is being torn down.
 	PhaseDeleting VirtualClusterPhase = "Deleting"
+	// PhaseSleeping: the tenant is asleep, or falling asleep (spec.sleep.asleep).
+	PhaseSleeping VirtualClusterPhase = "Sleeping"
 )
 
 // Condition types of a VirtualCluster.
@@ -379,6 +397,9 @@ const (
 	// the tenant and Ready there; when not, the message says which are missing and why (not
 	// enough free nodes, draining, joining).
 	ConditionNodesReady = "NodesReady"
+	// ConditionAsleep, with spec.sleep.asleep: True once no process of the tenant runs in the
+	// host (since its lastTransitionTime); False while its pods are still stopping.
+	ConditionAsleep = "Asleep"
 )
 
 // VirtualClusterStatus is what the operator observed.

@@ -74,6 +74,12 @@ type Config struct {
 	// dropped with an EndpointsDropped event. Called on each Service sync, so it should read a
 	// cache; an error fails that sync, which is retried. Nil: none.
 	TenantAddresses func(context.Context) ([]netip.Prefix, error)
+	// WokeAt is when the tenant last woke from sleep (zero: it never slept). Asleep, its host
+	// pods were removed: a tenant pod that started before then and has no host pod gets a new
+	// one, its containers started afresh as after a node's reboot. Other pods that ran and lost
+	// their host pod while nobody watched, and those that never restart (restartPolicy Never),
+	// are deleted, as pods of a node that vanished are.
+	WokeAt time.Time
 	// Capacity is what the host's shared nodes can give, for the virtual node's status.
 	Capacity func(context.Context) (corev1.ResourceList, error)
 	// KubeletVersion is the version the virtual node reports.
@@ -151,7 +157,7 @@ func Run(ctx context.Context, cfg Config) error {
 			host: host, hostREST: cfg.Host, hostPods: hostPods.Lister(), hostPodIndex: hostPods.Informer().GetIndexer(), tenant: tenant,
 			tenantPods: pc.Pods, tenantConfigMaps: pc.ConfigMaps, tenantSecrets: pc.Secrets, tenantServices: pc.Services,
 			recorder: recorder, log: log, refused: map[string]*corev1.Pod{},
-			unreferencedGrace: max(cfg.SyncPeriod, 5*time.Second),
+			unreferencedGrace: max(cfg.SyncPeriod, 5*time.Second), wokeAt: cfg.WokeAt,
 		}
 		describeNode(pc.Node, cfg, port, capacity)
 		return prov, &nodeProvider{node: pc.Node.DeepCopy(), capacity: cfg.Capacity, period: cfg.SyncPeriod}, nil

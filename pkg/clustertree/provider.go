@@ -58,6 +58,8 @@ type provider struct {
 	// unreferencedGrace keeps a host copy that no host pod refers to yet (its pod is being
 	// created) from being collected.
 	unreferencedGrace time.Duration
+	// wokeAt is Config.WokeAt.
+	wokeAt time.Time
 
 	mu     sync.Mutex
 	notify func(*corev1.Pod)
@@ -116,12 +118,15 @@ func (p *provider) createPod(ctx context.Context, pod *corev1.Pod) error {
 		}
 		return fmt.Errorf("host pod %s of an earlier %s/%s is still terminating", hostName, pod.Namespace, pod.Name)
 	}
-	if pod.Status.StartTime != nil {
-		// The pod ran before and its host pod is gone (deleted while no one watched): like a
-		// pod whose node vanished, it is deleted, and its controller replaces it.
-		p.log.Info("tenant pod lost its host pod; deleting it", "pod", klog.KObj(pod))
-		p.send(deletedOnHost(pod))
-		return nil
+	if started := pod.Status.StartTime; started != nil {
+		if !started.Time.Before(p.wokeAt) || pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+			// The pod ran before and its host pod is gone (deleted while no one watched): like
+			// a pod whose node vanished, it is deleted, and its controller replaces it.
+			p.log.Info("tenant pod lost its host pod; deleting it", "pod", klog.KObj(pod))
+			p.send(deletedOnHost(pod))
+			return nil
+		}
+		p.log.Info("tenant pod ran before the tenant slept; its host pod is made again", "pod", klog.KObj(pod))
 	}
 
 	services, err := p.tenantServices.Services(pod.Namespace).List(labels.Everything())

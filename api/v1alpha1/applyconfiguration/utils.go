@@ -60,6 +60,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.S3LocationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeyReference"):
 		return &apiv1alpha1.SecretKeyReferenceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SleepSpec"):
+		return &apiv1alpha1.SleepSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SnapshotSchedule"):
 		return &apiv1alpha1.SnapshotScheduleApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TenantReference"):

@@ -460,6 +460,9 @@ func (r *Reconciler) tenantNodeReady(ctx context.Context, t *v1alpha1.TenantRefe
 	if err != nil || vc == nil {
 		return false, "the tenant cannot be read"
 	}
+	if vc.Spec.Sleep.Asleep {
+		return false, "the tenant " + nodepool.TenantKey(t) + " is asleep; the kubelet reconnects when it wakes"
+	}
 	cs, err := r.Tenants.Clientset(vc)
 	if err != nil {
 		return false, "the tenant cannot be reached: " + err.Error()

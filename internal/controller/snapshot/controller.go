@@ -138,6 +138,10 @@ func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnap
 		return nil
 	}
 	if apierrors.IsNotFound(err) {
+		if vc.Spec.Sleep.Asleep {
+			r.pending(snap, conds, fmt.Sprintf("VirtualCluster %s is asleep: the snapshot is taken once it wakes (spec.sleep.asleep: false)", vc.Name))
+			return nil
+		}
 		if !meta.IsStatusConditionTrue(vc.Status.Conditions, v1alpha1.ConditionReady) {
 			r.pending(snap, conds, fmt.Sprintf("VirtualCluster %s is not Ready", vc.Name))
 			return nil
@@ -326,6 +330,11 @@ func (r *Reconciler) reconcileSchedule(ctx context.Context, req reconcile.Reques
 	}
 	now := r.Clock.Now()
 	next := sched.Next(last)
+	if !now.Before(next) && vc.Spec.Sleep.Asleep {
+		// Asleep, the tenant's data does not change: the snapshot that falls due is taken
+		// when it wakes, which changes the VirtualCluster and so comes back here.
+		return reconcile.Result{}, nil
+	}
 	if !now.Before(next) {
 		snap := &v1alpha1.VirtualClusterSnapshot{
 			ObjectMeta: metav1.ObjectMeta{

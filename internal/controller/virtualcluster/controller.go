@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -212,6 +213,18 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	// through the mounted Secret without a restart (which would lose an ephemeral member's
 	// data); only a new etcd CA rolls it.
 	etcd := controlplane.EtcdStatefulSet(vc, settings, controlplane.ContentHash(etcdTrust(pki.etcdSecret)))
+	asleep := vc.Spec.Sleep.Asleep && vc.Spec.Etcd.Storage.Ephemeral == nil // the CRD refuses the latter
+	if asleep {
+		// etcd stops after the control plane: an apiserver that lost etcd waits out its whole
+		// grace period on requests that cannot end.
+		cpPods, err := r.componentPods(ctx, vc, naming.ComponentControlPlane)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if len(cpPods) == 0 {
+			etcd.Spec.Replicas = ptr.To[int32](0)
+		}
+	}
 	if waiting, err := r.restore(ctx, vc, etcd, settings); err != nil || waiting != "" {
 		if waiting != "" {
 			conds.Set(v1alpha1.ConditionEtcdReady, false, ReasonRestoreWaiting, waiting)
@@ -229,6 +242,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	deploy, err := controlplane.ControlPlaneDeployment(vc, settings, controlplane.ContentHash(pki.controlPlaneSecret, pki.kubeletSigner))
 	if err != nil {
 		return reconcile.Result{}, reconcile.TerminalError(err)
+	}
+	if asleep {
+		deploy.Spec.Replicas = ptr.To[int32](0)
 	}
 	if err := ssa.Apply(ctx, r.Client, deploy, FieldOwner); err != nil {
 		conds.applyFailed(v1alpha1.ConditionAPIServerReady, "control-plane Deployment")
@@ -250,7 +266,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 			return reconcile.Result{}, fmt.Errorf("replacing etcd pod %s: %w", p.Name, err)
 		}
 	}
-	conds.etcd(etcd, podProblem(etcdPods))
+	if !asleep {
+		conds.etcd(etcd, podProblem(etcdPods))
+	}
 	cpPods, err := r.componentPods(ctx, vc, naming.ComponentControlPlane)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -277,6 +295,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		result.RequeueAfter = endpointRetryInterval
 	}
 	conds.kubeconfig(exposure, names.KubeconfigSecret())
+	if asleep {
+		return r.reconcileAsleep(ctx, vc, conds, pki, len(etcdPods)+len(cpPods))
+	}
+	conds.awake()
 
 	var probeErr error
 	if len(readyIPs) > 0 {

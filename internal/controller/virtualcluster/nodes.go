@@ -50,6 +50,11 @@ func (r *Reconciler) reconcileNodes(ctx context.Context, vc *v1alpha1.VirtualClu
 		vc.Status.Nodes = nil
 		return 0, nil
 	}
+	if vc.Spec.Sleep.Asleep {
+		conds.Set(v1alpha1.ConditionNodesReady, false, ReasonAsleep, fmt.Sprintf(
+			"the tenant is asleep: its %d lent nodes stay lent and keep their pods, and their kubelets reconnect when it wakes", len(lent)))
+		return 0, nil
+	}
 	if len(requests) > 0 && !conds.IsTrue(v1alpha1.ConditionAPIServerReady) {
 		conds.Set(v1alpha1.ConditionNodesReady, false, ReasonWaitingForAPIServer, "nodes are lent once the tenant's apiserver answers")
 		return 0, nil

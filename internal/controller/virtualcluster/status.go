@@ -140,6 +140,8 @@ func phase(conds []metav1.Condition, previous v1alpha1.VirtualClusterPhase, dele
 	switch {
 	case deleting:
 		return v1alpha1.PhaseDeleting
+	case sleeping(conds):
+		return v1alpha1.PhaseSleeping
 	case ready == nil:
 		return v1alpha1.PhasePending
 	case ready.Status == metav1.ConditionTrue:
@@ -154,6 +156,12 @@ func phase(conds []metav1.Condition, previous v1alpha1.VirtualClusterPhase, dele
 		return v1alpha1.PhaseDegraded
 	}
 	return v1alpha1.PhaseProvisioning
+}
+
+// sleeping: the tenant is asleep or falling asleep.
+func sleeping(conds []metav1.Condition) bool {
+	c := meta.FindStatusCondition(conds, v1alpha1.ConditionAsleep)
+	return c != nil && (c.Status == metav1.ConditionTrue || c.Reason == ReasonFallingAsleep)
 }
 
 // podProblem describes, for people, why the first of pods that is not ready is not: a

@@ -49,6 +49,10 @@ func TestPhase(t *testing.T) {
 		{name: "no conditions", want: v1alpha1.PhasePending},
 		{name: "no Ready condition", conds: []metav1.Condition{cond(v1alpha1.ConditionEtcdReady, metav1.ConditionTrue, ReasonMembersReady)}, want: v1alpha1.PhasePending},
 		{name: "Ready", conds: []metav1.Condition{readyTrue}, want: v1alpha1.PhaseReady},
+		{name: "asleep", conds: []metav1.Condition{readyFalse, cond(v1alpha1.ConditionAsleep, metav1.ConditionTrue, ReasonAsleep)}, previous: v1alpha1.PhaseReady, want: v1alpha1.PhaseSleeping},
+		{name: "falling asleep", conds: []metav1.Condition{readyFalse, cond(v1alpha1.ConditionAsleep, metav1.ConditionFalse, ReasonFallingAsleep)}, previous: v1alpha1.PhaseReady, want: v1alpha1.PhaseSleeping},
+		{name: "waking", conds: []metav1.Condition{readyFalse, cond(v1alpha1.ConditionAsleep, metav1.ConditionFalse, ReasonAwake)}, previous: v1alpha1.PhaseSleeping, want: v1alpha1.PhaseProvisioning},
+		{name: "awake", conds: []metav1.Condition{readyTrue, cond(v1alpha1.ConditionAsleep, metav1.ConditionFalse, ReasonAwake)}, previous: v1alpha1.PhaseProvisioning, want: v1alpha1.PhaseReady},
 		{name: "Ready again after Degraded", conds: []metav1.Condition{readyTrue}, previous: v1alpha1.PhaseDegraded, want: v1alpha1.PhaseReady},
 		{
 			name:     "invalid spec",

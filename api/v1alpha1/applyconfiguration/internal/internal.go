@@ -321,6 +321,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: name
       type:
         scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.SleepSpec
+  map:
+    fields:
+    - name: asleep
+      type:
+        scalar: boolean
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.SnapshotPhase
   scalar: string
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.SnapshotSchedule
@@ -462,6 +468,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: restore
       type:
         namedType: com.github.kubenest-io.kubenest.api.v1alpha1.RestoreSpec
+    - name: sleep
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.SleepSpec
     - name: snapshots
       type:
         namedType: com.github.kubenest-io.kubenest.api.v1alpha1.SnapshotSchedule

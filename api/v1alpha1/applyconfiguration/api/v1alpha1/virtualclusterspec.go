@@ -25,6 +25,8 @@ type VirtualClusterSpecApplyConfiguration struct {
 	// restore starts the tenant from a VirtualClusterSnapshot instead of empty. Fixed at
 	// creation.
 	Restore *RestoreSpecApplyConfiguration `json:"restore,omitempty"`
+	// sleep puts the tenant to sleep, or wakes it.
+	Sleep *SleepSpecApplyConfiguration `json:"sleep,omitempty"`
 }
 
 // VirtualClusterSpecApplyConfiguration constructs a declarative configuration of the VirtualClusterSpec type for use with
@@ -78,5 +80,13 @@ func (b *VirtualClusterSpecApplyConfiguration) WithSnapshots(value *SnapshotSche
 // If called multiple times, the Restore field is set to the value of the last call.
 func (b *VirtualClusterSpecApplyConfiguration) WithRestore(value *RestoreSpecApplyConfiguration) *VirtualClusterSpecApplyConfiguration {
 	b.Restore = value
+	return b
+}
+
+// WithSleep sets the Sleep field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Sleep field is set to the value of the last call.
+func (b *VirtualClusterSpecApplyConfiguration) WithSleep(value *SleepSpecApplyConfiguration) *VirtualClusterSpecApplyConfiguration {
+	b.Sleep = value
 	return b
 }

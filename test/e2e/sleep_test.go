@@ -1,0 +1,142 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/naming"
+)
+
+// TestSleepWake puts a tenant with data and workloads on the shared node to sleep by hand:
+// nothing of it runs in the host while it sleeps, and awake again it is as it was.
+func TestSleepWake(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	ns := createNamespace(t, ctx, "e2e-sleep")
+	vc := newVC(ns, "sleepy", v1alpha1.ExposureNodePort) // etcd on a volume, the default
+	vc.Spec.Nodes.Shared = true
+	if err := host.Create(ctx, vc); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, ctx, vc)
+	kubeconfig := downloadKubeconfig(t, ctx, vc)
+	tenant := tenantClient(t, kubeconfig)
+	if _, err := tenant.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "keep"}, Data: map[string]string{"answer": "42"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createWebDeployment(t, ctx, tenant, 2)
+	before := waitTenantPodsRunning(t, ctx, tenant, 2)
+	// A pod of no controller: nothing would make it again if the sleep lost it.
+	bare, err := tenant.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "bare"},
+		Spec: corev1.PodSpec{
+			NodeName: "kubenest-shared", TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{{Name: "c", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPodRunning := func(what string) *corev1.Pod {
+		t.Helper()
+		var got *corev1.Pod
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			got, err = tenant.CoreV1().Pods("default").Get(ctx, "bare", metav1.GetOptions{})
+			return err == nil && got.Status.Phase == corev1.PodRunning && got.Status.PodIP != "", nil
+		})
+		if err != nil {
+			t.Fatalf("pod bare not Running %s: %v (%+v)", what, err, got)
+		}
+		return got
+	}
+	waitPodRunning("before the sleep")
+
+	setAsleep := func(asleep bool) {
+		t.Helper()
+		patch := []byte(`{"spec":{"sleep":{"asleep":` + map[bool]string{true: "true", false: "false"}[asleep] + `}}}`)
+		if err := host.Patch(ctx, &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vc.Name}},
+			client.RawPatch(types.MergePatchType, patch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("asleep, nothing of the tenant runs in the host and its data stays", func(t *testing.T) {
+		start := time.Now()
+		setAsleep(true)
+		got := waitVC(t, ctx, vc, 2*time.Minute, func(v *v1alpha1.VirtualCluster) bool {
+			return meta.IsStatusConditionTrue(v.Status.Conditions, v1alpha1.ConditionAsleep)
+		})
+		t.Logf("asleep %s after spec.sleep.asleep was set", time.Since(start).Round(100*time.Millisecond))
+		if got.Status.Phase != v1alpha1.PhaseSleeping {
+			t.Errorf("phase %s, want Sleeping", got.Status.Phase)
+		}
+		if ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionFalse ||
+			!strings.Contains(ready.Message, "asleep") {
+			t.Errorf("Ready condition %+v, want False saying the tenant is asleep", ready)
+		}
+		pods := &corev1.PodList{}
+		if err := host.List(ctx, pods, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			t.Errorf("pod %s (%s) still in the tenant's host namespace while it sleeps", p.Name, p.Labels[naming.LabelComponent])
+		}
+		claims := &corev1.PersistentVolumeClaimList{}
+		if err := host.List(ctx, claims, client.InNamespace(ns), client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}); err != nil {
+			t.Fatal(err)
+		}
+		if len(claims.Items) != 1 {
+			t.Errorf("%d etcd volume claims while asleep, want the 1 that holds the tenant's data", len(claims.Items))
+		}
+	})
+
+	t.Run("awake again, the tenant is as it was", func(t *testing.T) {
+		start := time.Now()
+		setAsleep(false)
+		waitReady(t, ctx, vc)
+		t.Logf("Ready %s after spec.sleep.asleep was unset", time.Since(start).Round(100*time.Millisecond))
+		// A plain kubectl call through the kubeconfig downloaded before the tenant slept.
+		if out := kubectl(t, "--kubeconfig", kubeconfig, "get", "configmap", "keep", "-o", "jsonpath={.data.answer}"); out != "42" {
+			t.Errorf("ConfigMap keep after waking: answer %q, want 42", out)
+		}
+		after := waitTenantPodsRunning(t, ctx, tenant, 2)
+		t.Logf("the Deployment's pods Running %s after waking", time.Since(start).Round(100*time.Millisecond))
+		names := func(pods []corev1.Pod) []string {
+			var out []string
+			for _, p := range pods {
+				out = append(out, p.Name)
+			}
+			slices.Sort(out)
+			return out
+		}
+		if !slices.Equal(names(before), names(after)) {
+			t.Errorf("tenant pods %v after waking, want the same pods as before %v", names(after), names(before))
+		}
+		if got := waitPodRunning("after waking"); got.UID != bare.UID {
+			t.Errorf("pod bare after waking has UID %s, want the pod from before the sleep (%s)", got.UID, bare.UID)
+		}
+		if n := len(hostPodsOf(t, ctx, ns, vc.Name)); n != 3 {
+			t.Errorf("%d host pods run the tenant's pods after waking, want 3", n)
+		}
+		got := waitVC(t, ctx, vc, time.Minute, func(v *v1alpha1.VirtualCluster) bool { return v.Status.Phase == v1alpha1.PhaseReady })
+		if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAsleep); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "Awake" {
+			t.Errorf("awake, condition Asleep is %+v, want False, reason Awake", c)
+		}
+	})
+}

@@ -39,6 +39,7 @@ func all(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	run("latency", func() ([]Figure, error) { return apiLatency(ctx, e, nil) })
 	run("promotion", func() ([]Figure, error) { return promotion(ctx, e, nil) })
 	run("snapshot", func() ([]Figure, error) { return snapshotRestore(ctx, e, nil) })
+	run("sleep", func() ([]Figure, error) { return sleepWake(ctx, e, nil) })
 	// The density tenants, once idle, are the ones whose memory is measured.
 	run("density and memory", func() ([]Figure, error) {
 		opts := parseDensity([]string{fmt.Sprintf("--cap=%d", *limit)})

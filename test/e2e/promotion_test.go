@@ -111,6 +111,34 @@ func TestNodePromotion(t *testing.T) {
 		}
 	})
 
+	t.Run("asleep, the tenant keeps its lent node, whose pod runs on; awake, the node is Ready in it again", func(t *testing.T) {
+		before, err := tenant.CoreV1().Pods("default").Get(ctx, "pinned", metav1.GetOptions{})
+		if err != nil || len(before.Status.ContainerStatuses) != 1 || before.Status.ContainerStatuses[0].State.Running == nil {
+			t.Fatalf("pod pinned before the sleep: %v %+v", err, before)
+		}
+		got := sleepAndWait(t, ctx, first)
+		if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionNodesReady); c == nil || c.Reason != "Asleep" {
+			t.Errorf("NodesReady while asleep: %+v, want reason Asleep", c)
+		}
+		pn := waitPoolNode(t, ctx, func(*v1alpha1.PoolNode) bool { return true })
+		if pn.Spec.Tenant == nil || pn.Spec.Tenant.UID != first.UID || pn.Status.Phase != v1alpha1.PoolNodeInTenant {
+			t.Errorf("PoolNode while its tenant sleeps: tenant %+v, phase %s; want lent to %s, InTenant", pn.Spec.Tenant, pn.Status.Phase, first.Name)
+		}
+
+		setAsleep(t, ctx, first, false)
+		waitReady(t, ctx, first)
+		waitTenantNodeReady(t, ctx, tenant, lendableNode)
+		after, err := tenant.CoreV1().Pods("default").Get(ctx, "pinned", metav1.GetOptions{})
+		if err != nil || after.UID != before.UID || len(after.Status.ContainerStatuses) != 1 {
+			t.Fatalf("pod pinned after waking: %v %+v", err, after)
+		}
+		// The same container, never restarted: the kubelet ran it on while the tenant slept.
+		b, a := before.Status.ContainerStatuses[0], after.Status.ContainerStatuses[0]
+		if a.State.Running == nil || a.RestartCount != b.RestartCount || !a.State.Running.StartedAt.Equal(&b.State.Running.StartedAt) {
+			t.Errorf("container of pod pinned: before the sleep %+v, after %+v; want the same running container", b, a)
+		}
+	})
+
 	second := newVC(ns, "second", v1alpha1.ExposureNodePort)
 	second.Spec.Nodes.Promotions = []v1alpha1.NodePromotion{{Name: "workers", Count: 1}}
 	t.Run("a second tenant asking for the same node is told why it waits", func(t *testing.T) {

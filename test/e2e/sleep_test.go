@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -67,21 +68,9 @@ func TestSleepWake(t *testing.T) {
 	}
 	waitPodRunning("before the sleep")
 
-	setAsleep := func(asleep bool) {
-		t.Helper()
-		patch := []byte(`{"spec":{"sleep":{"asleep":` + map[bool]string{true: "true", false: "false"}[asleep] + `}}}`)
-		if err := host.Patch(ctx, &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vc.Name}},
-			client.RawPatch(types.MergePatchType, patch)); err != nil {
-			t.Fatal(err)
-		}
-	}
-
 	t.Run("asleep, nothing of the tenant runs in the host and its data stays", func(t *testing.T) {
 		start := time.Now()
-		setAsleep(true)
-		got := waitVC(t, ctx, vc, 2*time.Minute, func(v *v1alpha1.VirtualCluster) bool {
-			return meta.IsStatusConditionTrue(v.Status.Conditions, v1alpha1.ConditionAsleep)
-		})
+		got := sleepAndWait(t, ctx, vc)
 		t.Logf("asleep %s after spec.sleep.asleep was set", time.Since(start).Round(100*time.Millisecond))
 		if got.Status.Phase != v1alpha1.PhaseSleeping {
 			t.Errorf("phase %s, want Sleeping", got.Status.Phase)
@@ -108,7 +97,7 @@ func TestSleepWake(t *testing.T) {
 
 	t.Run("awake again, the tenant is as it was", func(t *testing.T) {
 		start := time.Now()
-		setAsleep(false)
+		setAsleep(t, ctx, vc, false)
 		waitReady(t, ctx, vc)
 		t.Logf("Ready %s after spec.sleep.asleep was unset", time.Since(start).Round(100*time.Millisecond))
 		// A plain kubectl call through the kubeconfig downloaded before the tenant slept.
@@ -138,5 +127,24 @@ func TestSleepWake(t *testing.T) {
 		if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAsleep); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "Awake" {
 			t.Errorf("awake, condition Asleep is %+v, want False, reason Awake", c)
 		}
+	})
+}
+
+// setAsleep sets the tenant's spec.sleep.asleep, as a person would with kubectl patch.
+func setAsleep(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualCluster, asleep bool) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"sleep":{"asleep":%t}}}`, asleep)
+	if err := host.Patch(ctx, &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: vc.Namespace, Name: vc.Name}},
+		client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sleepAndWait puts the tenant to sleep and waits until nothing of it runs in the host.
+func sleepAndWait(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualCluster) *v1alpha1.VirtualCluster {
+	t.Helper()
+	setAsleep(t, ctx, vc, true)
+	return waitVC(t, ctx, vc, 2*time.Minute, func(v *v1alpha1.VirtualCluster) bool {
+		return meta.IsStatusConditionTrue(v.Status.Conditions, v1alpha1.ConditionAsleep)
 	})
 }

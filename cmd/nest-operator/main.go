@@ -32,6 +32,7 @@ import (
 	"github.com/kubenest-io/kubenest/internal/controller/snapshot"
 	"github.com/kubenest-io/kubenest/internal/controller/virtualcluster"
 	"github.com/kubenest-io/kubenest/internal/tenantclient"
+	"github.com/kubenest-io/kubenest/internal/wakegate"
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
@@ -55,6 +56,7 @@ func run() error {
 		workers                                        int
 		nodePortAddress                                string
 		virtualNodeAddress, virtualNodeName            string
+		wakeAddress                                    string
 		namespace                                      string
 		issuers                                        string
 	)
@@ -86,6 +88,7 @@ Flags:
 	fs.IntVar(&settings.ServiceCIDRPrefix, "tenant-service-cidr-prefix", settings.ServiceCIDRPrefix, "Prefix length of each tenant's slice of --tenant-service-cidr: /24 gives each tenant 254 ClusterIPs, and a /16 range 256 tenants.")
 	fs.StringVar(&nodePortAddress, "nodeport-address", "", "Address in NodePort endpoints and certificates; empty uses the address of the oldest Ready host node.")
 	fs.StringVar(&virtualNodeAddress, "virtual-node-address", os.Getenv("POD_IP"), "IP tenants' apiservers reach the shared virtual nodes' kubelet API at: this pod's IP (the chart sets $POD_IP). Empty runs no virtual node.")
+	fs.StringVar(&wakeAddress, "wake-gateway-address", os.Getenv("POD_IP"), "IP the host's Services reach this pod's wake gateway at, which holds a sleeping tenant's first connection while it wakes: this pod's IP (the chart sets $POD_IP). Empty: a sleeping tenant's endpoint refuses connections, and only spec.sleep.asleep wakes it.")
 	fs.StringVar(&virtualNodeName, "virtual-node-name", "kubenest-shared", "Name of the shared virtual node in every tenant.")
 	fs.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "kubenest-system"), "The operator's own namespace, where lent nodes' join Secrets go.")
 	fs.BoolVar(&settings.ControlPlanesOnLendableNodes, "control-planes-on-lendable-nodes", false, "Let tenant etcd and control-plane pods run on nodes labelled "+v1alpha1.LabelLendable+"=true when the other nodes have no room (the scheduler still prefers the others). A node that runs one is never lent. Off, they run only on nodes without the label, and wait Pending when those are full.")
@@ -185,6 +188,13 @@ Flags:
 	} else {
 		log.Info("no --virtual-node-address (nor $POD_IP): tenants asking for the shared node will not get one")
 	}
+	var wake *wakegate.Gateway
+	if wakeAddress != "" {
+		if net.ParseIP(wakeAddress) == nil {
+			return fmt.Errorf("--wake-gateway-address %q is not an IP address", wakeAddress)
+		}
+		wake = &wakegate.Gateway{Address: wakeAddress, Timeout: 2 * time.Minute}
+	}
 	if err := (&virtualcluster.Reconciler{
 		Client:          mgr.GetClient(),
 		APIReader:       mgr.GetAPIReader(),
@@ -192,6 +202,7 @@ Flags:
 		Recorder:        mgr.GetEventRecorder("kubenest-operator"),
 		NodePortAddress: nodePortAddress,
 		SharedNodes:     shared,
+		Wake:            wake,
 		Tenants:         tenants,
 		AllowedIssuers:  allowedIssuers,
 

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -74,6 +75,29 @@ func APIServerService(vc *v1alpha1.VirtualCluster) *corev1.Service {
 		},
 	}
 }
+
+// WakeEndpointSlice leads the apiserver Service, with its selector removed, to the operator's
+// wake gateway at ip:port while the tenant sleeps (see package wakegate).
+func WakeEndpointSlice(vc *v1alpha1.VirtualCluster, ip string, port int32) *discoveryv1.EndpointSlice {
+	names := naming.For(vc.Name)
+	meta := objectMeta(vc, names.APIServerService()+"-wake", naming.ComponentControlPlane)
+	meta.Labels[discoveryv1.LabelServiceName] = names.APIServerService()
+	meta.Labels[discoveryv1.LabelManagedBy] = WakeSliceManager
+	addressType := discoveryv1.AddressTypeIPv4
+	if net.ParseIP(ip).To4() == nil {
+		addressType = discoveryv1.AddressTypeIPv6
+	}
+	return &discoveryv1.EndpointSlice{
+		TypeMeta:    typeMeta("discovery.k8s.io/v1", "EndpointSlice"),
+		ObjectMeta:  meta,
+		AddressType: addressType,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(port), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+}
+
+// WakeSliceManager manages the wake gateway's EndpointSlices (their managed-by label).
+const WakeSliceManager = "wake-gateway.kubenest.io"
 
 // ResolveExposure reads where the apiserver Service was published. nodeAddress is a host
 // node's address for a NodePort Service (see PickNodeAddress); svc is the Service as the host

@@ -5,7 +5,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
@@ -351,5 +353,32 @@ func TestPickNodeAddress(t *testing.T) {
 				t.Errorf("PickNodeAddress of the reversed list = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestWakeEndpointSlice(t *testing.T) {
+	vc := &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Namespace: "tenants", UID: "u"}}
+	for _, ip := range []string{"10.244.1.7", "fd00::7"} {
+		s := controlplane.WakeEndpointSlice(vc, ip, 40123)
+		// What the API server would refuse.
+		for k, v := range s.Labels {
+			if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+				t.Errorf("label key %q: %v", k, errs)
+			}
+			if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+				t.Errorf("label %s value %q: %v", k, v, errs)
+			}
+		}
+		if s.Labels[discoveryv1.LabelServiceName] != "team-a-apiserver" || s.Namespace != "tenants" {
+			t.Errorf("slice %s/%s labels %v: not the apiserver Service's", s.Namespace, s.Name, s.Labels)
+		}
+		want := discoveryv1.AddressTypeIPv4
+		if ip == "fd00::7" {
+			want = discoveryv1.AddressTypeIPv6
+		}
+		svcPort := controlplane.APIServerService(vc).Spec.Ports[0]
+		if s.AddressType != want || *s.Ports[0].Port != 40123 || *s.Ports[0].Name != svcPort.Name || s.Endpoints[0].Addresses[0] != ip {
+			t.Errorf("slice for %s: %+v", ip, s)
+		}
 	}
 }

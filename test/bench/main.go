@@ -70,8 +70,8 @@ Benchmarks:
   promotion    lending a host node to a tenant and giving it back
   snapshot     snapshot of a tenant holding 1,000 ConfigMaps and 100 Deployments, and a new
                tenant restored from it
-  sleep        an idle tenant put to sleep and woken by hand: time to sleep, wake to first
-               answer, what sleeping frees
+  sleep        an idle tenant put to sleep, then woken by its first request: time to sleep,
+               first request to answer, what sleeping frees
   all          all of the above, sized for a small machine (density's tenants are the ones
                whose idle memory is measured)
   cleanup      delete what an interrupted run left behind

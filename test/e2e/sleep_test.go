@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/clustertree"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
@@ -104,8 +106,31 @@ func TestSleepWake(t *testing.T) {
 		if out := kubectl(t, "--kubeconfig", kubeconfig, "get", "configmap", "keep", "-o", "jsonpath={.data.answer}"); out != "42" {
 			t.Errorf("ConfigMap keep after waking: answer %q, want 42", out)
 		}
-		after := waitTenantPodsRunning(t, ctx, tenant, 2)
-		t.Logf("the Deployment's pods Running %s after waking", time.Since(start).Round(100*time.Millisecond))
+		// Awake, each tenant pod runs again in a host pod of its own: the tenant sees its IP.
+		var after []corev1.Pod
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			after = waitTenantPodsRunning(t, ctx, tenant, 2)
+			bareNow, err := tenant.CoreV1().Pods("default").Get(ctx, "bare", metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			hostIPs := map[string]string{}
+			for _, p := range hostPodsOf(t, ctx, ns, vc.Name) {
+				if p.Status.Phase == corev1.PodRunning {
+					hostIPs[p.Annotations[clustertree.AnnotationTenantName]] = p.Status.PodIP
+				}
+			}
+			for _, p := range append(after, *bareNow) {
+				if ip, ok := hostIPs[p.Name]; !ok || ip != p.Status.PodIP {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("the tenant's pods do not all run in new host pods after waking: %v", err)
+		}
+		t.Logf("the tenant's pods Running in new host pods %s after waking", time.Since(start).Round(100*time.Millisecond))
 		names := func(pods []corev1.Pod) []string {
 			var out []string
 			for _, p := range pods {
@@ -120,13 +145,42 @@ func TestSleepWake(t *testing.T) {
 		if got := waitPodRunning("after waking"); got.UID != bare.UID {
 			t.Errorf("pod bare after waking has UID %s, want the pod from before the sleep (%s)", got.UID, bare.UID)
 		}
-		if n := len(hostPodsOf(t, ctx, ns, vc.Name)); n != 3 {
-			t.Errorf("%d host pods run the tenant's pods after waking, want 3", n)
-		}
 		got := waitVC(t, ctx, vc, time.Minute, func(v *v1alpha1.VirtualCluster) bool { return v.Status.Phase == v1alpha1.PhaseReady })
 		if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAsleep); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "Awake" {
 			t.Errorf("awake, condition Asleep is %+v, want False, reason Awake", c)
 		}
+	})
+
+	t.Run("asleep, the first kubectl call wakes the tenant and is answered", func(t *testing.T) {
+		sleepAndWait(t, ctx, vc)
+		start := time.Now()
+		// No retry, no wait: the wake gateway holds the connection while the tenant wakes.
+		out := kubectl(t, "--kubeconfig", kubeconfig, "get", "configmap", "keep", "-o", "jsonpath={.data.answer}")
+		t.Logf("kubectl answered %s after it started, the tenant asleep", time.Since(start).Round(100*time.Millisecond))
+		if out != "42" {
+			t.Errorf("kubectl get configmap keep: %q, want 42", out)
+		}
+		got := waitVC(t, ctx, vc, time.Minute, func(v *v1alpha1.VirtualCluster) bool { return v.Status.Phase == v1alpha1.PhaseReady })
+		if got.Spec.Sleep.Asleep {
+			t.Errorf("spec.sleep.asleep is still true after a request woke the tenant")
+		}
+		// Once awake, the Service leads to the apiserver again, not through the gateway.
+		slices := &discoveryv1.EndpointSliceList{}
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			if err := host.List(ctx, slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: vc.Name + "-apiserver"}); err != nil {
+				return false, err
+			}
+			for _, s := range slices.Items {
+				if s.Labels[discoveryv1.LabelManagedBy] != "endpointslice-controller.k8s.io" {
+					return false, nil
+				}
+			}
+			return len(slices.Items) > 0, nil
+		})
+		if err != nil {
+			t.Errorf("the awake tenant's Service is not led by the EndpointSlice controller's slices alone: %v (%d slices)", err, len(slices.Items))
+		}
+		waitTenantPodsRunning(t, ctx, tenant, 2)
 	})
 }
 

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -32,6 +33,7 @@ import (
 	"github.com/kubenest-io/kubenest/internal/controller/condition"
 	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/internal/tenantclient"
+	"github.com/kubenest-io/kubenest/internal/wakegate"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
@@ -75,6 +77,9 @@ type Reconciler struct {
 	Tenants *tenantclient.Registry
 	// SharedNodes runs the virtual nodes of tenants with spec.nodes.shared; nil runs none.
 	SharedNodes *SharedNodes
+	// Wake answers for sleeping tenants: their first connection wakes them. Nil: a sleeping
+	// tenant's endpoint refuses connections, and only spec.sleep.asleep wakes it.
+	Wake *wakegate.Gateway
 	// AllowedIssuers are the cert-manager issuers tenants may have sign their cluster CA
 	// (spec.pki); none when empty.
 	AllowedIssuers IssuerAllowList
@@ -100,6 +105,8 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=events,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kubenest.io,resources=poolnodes,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=kubenest.io,resources=poolnodes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete;deletecollection
+// +kubebuilder:rbac:groups="",resources=endpoints,verbs=delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete;deletecollection
 
 // SetupWithManager registers the controller. It watches what it owns, so a change to a pod,
@@ -107,6 +114,16 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
+	}
+	if r.Wake != nil {
+		r.Wake.Wake, r.Wake.Backend = r.wakeFor, r.apiServerBackend
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			r.Wake.Start(ctx)
+			<-ctx.Done()
+			return nil
+		})); err != nil {
+			return err
+		}
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.VirtualCluster{}, builder.WithPredicates(predicate.Or(
@@ -183,13 +200,25 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	vc.Status.ServiceCIDR = cidr
 	settings := r.Settings.ForTenant(cidr)
 
-	// Services first: the apiserver's certificate names the address its Service got.
+	// Services first: the apiserver's certificate names the address its Service got. While
+	// the tenant sleeps the Service leads to the wake gateway instead of its apiservers.
+	asleep := vc.Spec.Sleep.Asleep && vc.Spec.Etcd.Storage.Ephemeral == nil // the CRD refuses the latter
+	gatewayPort, err := r.gatewayHolds(ctx, vc, asleep)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	apiSvc := controlplane.APIServerService(vc)
+	if gatewayPort != 0 {
+		apiSvc.Spec.Selector = nil
+	}
 	for _, svc := range []*corev1.Service{controlplane.EtcdPeerService(vc), controlplane.EtcdClientService(vc), apiSvc} {
 		if err := ssa.Apply(ctx, r.Client, svc, FieldOwner); err != nil {
 			conds.applyFailed(v1alpha1.ConditionAPIServerReady, "Service "+svc.Name)
 			return reconcile.Result{}, err
 		}
+	}
+	if err := r.reconcileWakeGateway(ctx, vc, gatewayPort); err != nil {
+		return reconcile.Result{}, err
 	}
 	exposure, err := r.exposure(ctx, vc, apiSvc)
 	if err != nil {
@@ -213,7 +242,6 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	// through the mounted Secret without a restart (which would lose an ephemeral member's
 	// data); only a new etcd CA rolls it.
 	etcd := controlplane.EtcdStatefulSet(vc, settings, controlplane.ContentHash(etcdTrust(pki.etcdSecret)))
-	asleep := vc.Spec.Sleep.Asleep && vc.Spec.Etcd.Storage.Ephemeral == nil // the CRD refuses the latter
 	if asleep {
 		// etcd stops after the control plane: an apiserver that lost etcd waits out its whole
 		// grace period on requests that cannot end.

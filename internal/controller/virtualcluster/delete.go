@@ -52,6 +52,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 	if r.SharedNodes != nil {
 		r.SharedNodes.Manager.Stop(vc.Namespace + "/" + vc.Name)
 	}
+	if r.Wake != nil {
+		r.Wake.Release(client.ObjectKeyFromObject(vc))
+	}
 	// Lent nodes go back to the host first.
 	away, err := r.releaseNodes(ctx, vc)
 	if err != nil {

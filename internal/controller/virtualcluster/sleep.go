@@ -3,15 +3,28 @@ package virtualcluster
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/kubectl/pkg/util/podutils"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/ssa"
+	"github.com/kubenest-io/kubenest/internal/wakegate"
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
 // ReasonAsleep is the reason of every condition a sleeping tenant holds False on purpose.
@@ -82,4 +95,109 @@ func (r *Reconciler) reconcileAsleep(ctx context.Context, vc *v1alpha1.VirtualCl
 	conds.Set(v1alpha1.ConditionAsleep, true, ReasonAsleep,
 		"no process of the tenant runs in the host; spec.sleep.asleep: false wakes it")
 	return reconcile.Result{RequeueAfter: max(time.Second, p.leaves.EarliestRenewal().Sub(conds.Now))}, nil
+}
+
+// wakeHoldWindow is how long after a wake the gateway may still answer for the tenant, until
+// one of its apiservers is Ready; as long as the gateway holds a connection.
+const wakeHoldWindow = 2 * time.Minute
+
+// gatewayHolds says whether the wake gateway answers for the tenant, and on which port: while
+// it sleeps, and while it wakes, until one of its apiservers is Ready. A gateway that cannot
+// listen leaves the Service as it is (logged): the tenant is then woken by hand only.
+func (r *Reconciler) gatewayHolds(ctx context.Context, vc *v1alpha1.VirtualCluster, asleep bool) (int32, error) {
+	if r.Wake == nil {
+		return 0, nil
+	}
+	if !asleep {
+		// Waking: the status still says asleep (this pass wakes it), or says since when awake.
+		c := meta.FindStatusCondition(vc.Status.Conditions, v1alpha1.ConditionAsleep)
+		if c == nil || (c.Reason == ReasonAwake && r.Clock.Since(c.LastTransitionTime.Time) > wakeHoldWindow) {
+			return 0, nil
+		}
+		pods, err := r.componentPods(ctx, vc, naming.ComponentControlPlane)
+		if err != nil || len(readyPodIPs(pods)) > 0 {
+			return 0, err
+		}
+	}
+	port, err := r.Wake.Hold(client.ObjectKeyFromObject(vc))
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "the wake gateway cannot hold the tenant's endpoint; it refuses connections while the tenant sleeps")
+		return 0, nil
+	}
+	return port, nil
+}
+
+// reconcileWakeGateway leads the apiserver Service (applied without its selector when the
+// gateway holds it on port) to the wake gateway, or back to the apiservers (port 0). The
+// gateway's EndpointSlice is removed on every pass of an awake tenant that ever slept: one left
+// behind by an operator that restarted meanwhile would lead connections to an address that no
+// longer answers.
+func (r *Reconciler) reconcileWakeGateway(ctx context.Context, vc *v1alpha1.VirtualCluster, port int32) error {
+	if r.Wake == nil || (port == 0 && meta.FindStatusCondition(vc.Status.Conditions, v1alpha1.ConditionAsleep) == nil) {
+		return nil
+	}
+	if port == 0 {
+		r.Wake.Release(client.ObjectKeyFromObject(vc))
+		slice := controlplane.WakeEndpointSlice(vc, r.Wake.Address, 0)
+		return client.IgnoreNotFound(r.Client.Delete(ctx, slice))
+	}
+	if err := ssa.Apply(ctx, r.Client, controlplane.WakeEndpointSlice(vc, r.Wake.Address, port), FieldOwner); err != nil {
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			return nil // the tenant's namespace is going, and the tenant with it
+		}
+		return err
+	}
+	// Without a selector the Service keeps what led to its apiservers: the Endpoints the
+	// endpoints controller no longer updates (which the mirroring controller then copies into
+	// a slice) and the EndpointSlice controller's slices. Connections sent there would hang.
+	svc := naming.For(vc.Name).APIServerService()
+	err := r.Client.Delete(ctx, &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: vc.Namespace, Name: svc}})
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("removing the apiserver Service's Endpoints: %w", err)
+	}
+	others, err := labels.Parse(discoveryv1.LabelServiceName + "=" + svc + "," + discoveryv1.LabelManagedBy + "!=" + controlplane.WakeSliceManager)
+	if err != nil {
+		return err
+	}
+	err = r.Client.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(vc.Namespace), client.MatchingLabelsSelector{Selector: others})
+	return client.IgnoreNotFound(err)
+}
+
+// wakeFor wakes the tenant for a connection the wake gateway holds.
+func (r *Reconciler) wakeFor(ctx context.Context, key types.NamespacedName, from string) error {
+	vc := &v1alpha1.VirtualCluster{}
+	if err := r.Client.Get(ctx, key, vc); err != nil {
+		return err
+	}
+	if !vc.Spec.Sleep.Asleep {
+		return nil // awake, or woken by an earlier connection
+	}
+	patch := client.MergeFrom(vc.DeepCopy())
+	vc.Spec.Sleep.Asleep = false
+	if err := r.Client.Patch(ctx, vc, patch); err != nil {
+		return fmt.Errorf("setting spec.sleep.asleep to false: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("a connection to the sleeping tenant's endpoint woke it", "from", from)
+	r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "Woken", "Wake", "a connection to the tenant's endpoint from %s woke it", from)
+	return nil
+}
+
+// apiServerBackend is the address of a Ready apiserver of the tenant, if it has one: a pod
+// that is Ready, or whose apiserver answers /readyz already (its probe comes seconds later).
+func (r *Reconciler) apiServerBackend(ctx context.Context, key types.NamespacedName) (string, bool) {
+	vc := &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	pods, err := r.componentPods(ctx, vc, naming.ComponentControlPlane)
+	if err != nil {
+		return "", false
+	}
+	for _, p := range pods {
+		if p.Status.PodIP == "" || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		addr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(controlplane.APIServerPort))
+		if podutils.IsPodReady(&p) || wakegate.Ready(ctx, addr) {
+			return addr, true
+		}
+	}
+	return "", false
 }

@@ -99,11 +99,17 @@ func (g *Gateway) Hold(tenant types.NamespacedName) (int32, error) {
 			if err != nil {
 				return // closed by Release
 			}
+			// A connection that comes while the port is released (the tenant is awake, the
+			// nodes still send some here) is joined, and wakes nothing: the tenant may have
+			// been put to sleep again meanwhile, and this connection is older than that.
+			g.mu.Lock()
+			wake := l.closing == nil
+			g.mu.Unlock()
 			select {
 			case held <- struct{}{}:
 				go func() {
 					defer func() { <-held }()
-					g.serve(klog.NewContext(g.ctx, log), tenant, conn)
+					g.serve(klog.NewContext(g.ctx, log), tenant, conn, wake)
 				}()
 			default:
 				log.V(1).Info("too many connections held for the tenant; closing one", "from", conn.RemoteAddr().String(), "held", maxHeld)
@@ -140,14 +146,27 @@ func (g *Gateway) Release(tenant types.NamespacedName) {
 	l.closing = timer
 }
 
-// serve wakes the tenant, waits for a Ready apiserver and joins conn to it.
-func (g *Gateway) serve(ctx context.Context, tenant types.NamespacedName, conn net.Conn) {
+// serve wakes the tenant (if wake), waits for a Ready apiserver and joins conn to it.
+func (g *Gateway) serve(ctx context.Context, tenant types.NamespacedName, conn net.Conn, wake bool) {
 	defer conn.Close()
 	log := klog.FromContext(ctx).WithValues("from", conn.RemoteAddr().String())
 	start := time.Now()
-	if err := g.Wake(ctx, tenant, conn.RemoteAddr().String()); err != nil {
-		log.Error(err, "waking the tenant for a connection failed; closing it")
+	// Only a connection that says something wakes the tenant (a client's TLS hello comes at
+	// once): one that connects and closes, a port check such as the operator's own probe of
+	// the endpoint, does not.
+	_ = conn.SetReadDeadline(start.Add(g.Timeout))
+	first := make([]byte, 16<<10)
+	n, err := conn.Read(first)
+	if n == 0 {
+		log.V(1).Info("the connection ended before it sent anything; the tenant is not woken", "err", err)
 		return
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	if wake {
+		if err := g.Wake(ctx, tenant, conn.RemoteAddr().String()); err != nil {
+			log.Error(err, "waking the tenant for a connection failed; closing it")
+			return
+		}
 	}
 	wait, cancel := context.WithTimeout(ctx, g.Timeout)
 	defer cancel()
@@ -170,6 +189,10 @@ func (g *Gateway) serve(ctx context.Context, tenant types.NamespacedName, conn n
 		}
 	}
 	defer backend.Close()
+	if _, err := backend.Write(first[:n]); err != nil {
+		log.Error(err, "passing the connection's first bytes to the apiserver failed")
+		return
+	}
 	log.Info("connection held while the tenant woke, now joined to its apiserver", "held", time.Since(start).Round(time.Millisecond), "apiserver", backend.RemoteAddr().String())
 	join(conn, backend)
 }

@@ -95,12 +95,21 @@ func TestHoldWakeJoin(t *testing.T) {
 	}
 
 	g.Release(tenant)
-	// For the grace, the port still serves (nodes' kube-proxies still send connections here).
+	// For the grace, the port still serves (nodes' kube-proxies still send connections here),
+	// and wakes nothing: the tenant is awake, or was put to sleep after such a connection.
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		t.Fatalf("a just released tenant's port: %v", err)
 	}
+	_, _ = c.Write([]byte("late\n"))
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "echo late\n" {
+		t.Errorf("a connection in the release grace: %q, %v", line, err)
+	}
 	c.Close()
+	if n := wakes.Load(); n != 1 {
+		t.Errorf("%d wakes after a connection in the release grace, want still 1", n)
+	}
 	time.Sleep(400 * time.Millisecond)
 	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 		c.Close()
@@ -114,14 +123,19 @@ func TestHoldWakeJoin(t *testing.T) {
 	}
 }
 
-// TestGiveUp: a tenant that does not wake in time has its held connection closed.
+// TestGiveUp: a tenant that does not wake in time has its held connection closed; a
+// connection that sends nothing (a port check) does not wake the tenant.
 func TestGiveUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var wakes atomic.Int32
 	g := &Gateway{
 		Address: "127.0.0.1",
 		Timeout: 500 * time.Millisecond,
-		Wake:    func(context.Context, types.NamespacedName, string) error { return nil },
+		Wake: func(context.Context, types.NamespacedName, string) error {
+			wakes.Add(1)
+			return nil
+		},
 		Backend: func(context.Context, types.NamespacedName) (string, bool) { return "", false },
 	}
 	g.Start(ctx)
@@ -129,14 +143,28 @@ func TestGiveUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
-	if err != nil {
-		t.Fatal(err)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))
+	for _, say := range []string{"", "hello\n"} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if say != "" {
+			if _, err := conn.Write([]byte(say)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		start := time.Now()
+		if _, err := conn.Read(make([]byte, 1)); err == nil || time.Since(start) > 3*time.Second {
+			t.Errorf("held connection (sent %q) of a tenant that never woke: read %v after %s, want it closed after about 500ms", say, err, time.Since(start))
+		}
+		conn.Close()
+		if say == "" && wakes.Load() != 0 {
+			t.Errorf("a connection that sent nothing woke the tenant")
+		}
 	}
-	defer conn.Close()
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	start := time.Now()
-	if _, err := conn.Read(make([]byte, 1)); err == nil || time.Since(start) > 3*time.Second {
-		t.Errorf("held connection of a tenant that never woke: read %v after %s, want it closed after about 500ms", err, time.Since(start))
+	if n := wakes.Load(); n != 1 {
+		t.Errorf("%d wakes, want 1 (the connection that sent something)", n)
 	}
 }

@@ -120,6 +120,15 @@ func TestNodePromotion(t *testing.T) {
 		if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionNodesReady); c == nil || c.Reason != "Asleep" {
 			t.Errorf("NodesReady while asleep: %+v, want reason Asleep", c)
 		}
+		// The lent node's kubelet keeps asking the tenant's endpoint: that must not wake it.
+		time.Sleep(10 * time.Second)
+		got = &v1alpha1.VirtualCluster{}
+		if err := host.Get(ctx, client.ObjectKeyFromObject(first), got); err != nil {
+			t.Fatal(err)
+		}
+		if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAsleep); !got.Spec.Sleep.Asleep || c == nil || c.Status != metav1.ConditionTrue {
+			t.Errorf("10 s after it fell asleep: spec.sleep.asleep %v, Asleep %+v; its lent node's kubelet woke it", got.Spec.Sleep.Asleep, c)
+		}
 		pn := waitPoolNode(t, ctx, func(*v1alpha1.PoolNode) bool { return true })
 		if pn.Spec.Tenant == nil || pn.Spec.Tenant.UID != first.UID || pn.Status.Phase != v1alpha1.PoolNodeInTenant {
 			t.Errorf("PoolNode while its tenant sleeps: tenant %+v, phase %s; want lent to %s, InTenant", pn.Spec.Tenant, pn.Status.Phase, first.Name)

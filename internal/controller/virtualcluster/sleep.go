@@ -27,7 +27,8 @@ import (
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
-// ReasonAsleep is the reason of every condition a sleeping tenant holds False on purpose.
+// Reasons of the Asleep condition; ReasonAsleep is also that of every other condition a
+// sleeping tenant holds False on purpose.
 const (
 	ReasonAsleep        = "Asleep"
 	ReasonFallingAsleep = "FallingAsleep"
@@ -55,9 +56,9 @@ func wokeAt(vc *v1alpha1.VirtualCluster) time.Time {
 	return time.Time{}
 }
 
-// reconcileAsleep keeps a sleeping tenant asleep (spec.sleep.asleep). The etcd StatefulSet and
-// the control-plane Deployment are already applied with no replicas; here the shared node
-// stops and its host pods of the tenant go, lent nodes stay lent, and the Asleep condition says
+// reconcileAsleep keeps a sleeping tenant asleep (spec.sleep.asleep). The control-plane
+// Deployment is already applied with no replicas, and the etcd StatefulSet too once no
+// control-plane pod is left; here the shared node stops and its host pods of the tenant go, lent nodes stay lent, and the Asleep condition says
 // whether anything of the tenant still runs in the host. Certificates keep being renewed, so
 // the tenant wakes with valid ones.
 func (r *Reconciler) reconcileAsleep(ctx context.Context, vc *v1alpha1.VirtualCluster, conds conditions, p *tenantPKI, controlPlanePods int) (reconcile.Result, error) {

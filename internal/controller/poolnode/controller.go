@@ -131,11 +131,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// on what pn last read, which reconcileNode's own writes move on.
 	before.ResourceVersion = pn.ResourceVersion
 	perr := r.Client.Status().Patch(ctx, pn, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}))
-	if client.IgnoreNotFound(perr) != nil && !apierrors.IsConflict(perr) {
-		err = errors.Join(err, fmt.Errorf("patching status: %w", perr))
-	}
-	if apierrors.IsConflict(perr) {
+	switch {
+	case apierrors.IsConflict(perr):
 		return result, err
+	case client.IgnoreNotFound(perr) != nil:
+		err = errors.Join(err, fmt.Errorf("patching status: %w", perr))
 	}
 	if before.Status.Phase != pn.Status.Phase {
 		ctrl.LoggerFrom(ctx).Info("node phase changed", "from", before.Status.Phase, "to", pn.Status.Phase)

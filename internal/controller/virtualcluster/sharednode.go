@@ -55,7 +55,8 @@ func (r *Reconciler) reconcileSharedNode(ctx context.Context, vc *v1alpha1.Virtu
 	if !vc.Spec.Nodes.Shared {
 		r.SharedNodes.Manager.Stop(key)
 		conds.Remove(v1alpha1.ConditionSharedNodeReady)
-		return r.removeSharedPods(ctx, vc)
+		_, err := r.removeSharedPods(ctx, vc)
+		return err
 	}
 	if !conds.IsTrue(v1alpha1.ConditionAPIServerReady) {
 		conds.Set(v1alpha1.ConditionSharedNodeReady, false, ReasonWaitingForAPIServer, "the virtual node starts once the tenant's apiserver answers")
@@ -254,23 +255,24 @@ func (r *Reconciler) labelForPodSecurity(ctx context.Context, namespace string) 
 }
 
 // removeSharedPods deletes what the virtual node ran in the host, for a tenant that no longer
-// asks for it.
-func (r *Reconciler) removeSharedPods(ctx context.Context, vc *v1alpha1.VirtualCluster) error {
+// asks for it or sleeps (the virtual node stopped), and says how many host pods were still
+// there (being deleted, they are gone only once their containers stopped).
+func (r *Reconciler) removeSharedPods(ctx context.Context, vc *v1alpha1.VirtualCluster) (int, error) {
 	sel := client.MatchingLabels(clustertree.HostSelector(vc.Name))
 	pods := &corev1.PodList{}
 	if err := r.Client.List(ctx, pods, client.InNamespace(vc.Namespace), sel); err != nil {
-		return err
+		return 0, err
 	}
 	if len(pods.Items) == 0 {
-		return nil
+		return 0, nil
 	}
-	ctrl.LoggerFrom(ctx).Info("the tenant no longer asks for the shared node; removing its host pods", "pods", len(pods.Items))
+	ctrl.LoggerFrom(ctx).Info("removing the shared node's host pods of the tenant", "pods", len(pods.Items), "asleep", vc.Spec.Sleep.Asleep)
 	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.ConfigMap{}, &corev1.Secret{}} {
 		if err := r.Client.DeleteAllOf(ctx, obj, client.InNamespace(vc.Namespace), sel); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("removing the shared node's host objects: %w", err)
+			return 0, fmt.Errorf("removing the shared node's host objects: %w", err)
 		}
 	}
-	return nil
+	return len(pods.Items), nil
 }
 
 func fingerprintOf(parts ...any) string {

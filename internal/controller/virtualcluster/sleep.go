@@ -22,7 +22,6 @@ import (
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/internal/wakegate"
-	"github.com/kubenest-io/kubenest/pkg/clustertree"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
@@ -58,9 +57,9 @@ func wokeAt(vc *v1alpha1.VirtualCluster) time.Time {
 
 // reconcileAsleep keeps a sleeping tenant asleep (spec.sleep.asleep). The control-plane
 // Deployment is already applied with no replicas, and the etcd StatefulSet too once no
-// control-plane pod is left; here the shared node stops and its host pods of the tenant go, lent nodes stay lent, and the Asleep condition says
-// whether anything of the tenant still runs in the host. Certificates keep being renewed, so
-// the tenant wakes with valid ones.
+// control-plane pod is left; here the shared node stops and its host pods of the tenant go,
+// lent nodes stay lent, and the Asleep condition says whether anything of the tenant still
+// runs in the host. Certificates keep being renewed, so the tenant wakes with valid ones.
 func (r *Reconciler) reconcileAsleep(ctx context.Context, vc *v1alpha1.VirtualCluster, conds conditions, p *tenantPKI, controlPlanePods int) (reconcile.Result, error) {
 	conds.Set(v1alpha1.ConditionEtcdReady, false, ReasonAsleep, "the tenant is asleep: no etcd member runs, and its data stays on its volumes")
 	conds.Set(v1alpha1.ConditionAPIServerReady, false, ReasonAsleep, "the tenant is asleep: no control-plane pod runs")
@@ -70,14 +69,10 @@ func (r *Reconciler) reconcileAsleep(ctx context.Context, vc *v1alpha1.VirtualCl
 		// The virtual node stops first: running, it would take its host pods' deletion for
 		// pods that ended, and delete them in the tenant too.
 		r.SharedNodes.Manager.Stop(vc.Namespace + "/" + vc.Name)
-		if err := r.removeSharedPods(ctx, vc); err != nil {
+		var err error
+		if sharedPods, err = r.removeSharedPods(ctx, vc); err != nil {
 			return reconcile.Result{}, err
 		}
-		pods := &corev1.PodList{}
-		if err := r.Client.List(ctx, pods, client.InNamespace(vc.Namespace), client.MatchingLabels(clustertree.HostSelector(vc.Name))); err != nil {
-			return reconcile.Result{}, err
-		}
-		sharedPods = len(pods.Items)
 		if vc.Spec.Nodes.Shared {
 			conds.Set(v1alpha1.ConditionSharedNodeReady, false, ReasonAsleep,
 				"the tenant is asleep: the virtual node is stopped and the host pods of its pods are removed; they are made again when it wakes")

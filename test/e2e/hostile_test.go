@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -455,6 +457,45 @@ func TestHostileTenant(t *testing.T) {
 		waitPoolNode(t, ctx, func(pn *v1alpha1.PoolNode) bool {
 			return pn.Status.Phase == v1alpha1.PoolNodeInHost && pn.Spec.Tenant == nil
 		})
+	})
+
+	t.Run("a sleeping tenant's wake gateway, reached from another tenant's pod", func(t *testing.T) {
+		// The attacker's pod can reach the victim's endpoint, asleep as awake: it may wake the
+		// victim (the cost of a reachable endpoint), but the gateway only joins it to the
+		// victim's apiserver, which still asks for credentials it does not have.
+		sleepAndWait(t, ctx, victim)
+		u, err := url.Parse(victim.Status.Endpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := fmt.Sprintf(`printf 'GET /api/v1/secrets HTTP/1.0\r\n\r\n' | nc -w 60 %s %s`, u.Hostname(), u.Port())
+		logs, _ := runTenantPod(t, ctx, evil, "wake-victim", sharedNode, script)
+		if !strings.Contains(logs, "Client sent an HTTP request to an HTTPS server") || strings.Contains(logs, "SecretList") {
+			t.Errorf("the attacker's request through the victim's wake gateway answered %q; want only the apiserver's refusal of plain HTTP", logs)
+		}
+		got := waitReady(t, ctx, victim)
+		if got.Spec.Sleep.Asleep {
+			t.Errorf("the victim answered but spec.sleep.asleep is still true")
+		}
+		// What the victim ran is its own again, once its web pod has a new host pod.
+		err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			for _, p := range hostPodsOf(t, ctx, nsV, victim.Name) {
+				// Not victimPod by name: an earlier subtest's drain may have replaced it.
+				if strings.HasPrefix(p.Annotations[clustertree.AnnotationTenantName], "web-") && podutils.IsPodReady(&p) {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("the victim's web pod has no Ready host pod after the wake: %v", err)
+		}
+		// The Service follows the pod's new address within seconds (the tenant's EndpointSlice
+		// controller, then its host copy): tried for up to 30 s.
+		script = fmt.Sprintf(`for i in $(seq 30); do echo | nc -w 5 %s 80 && exit 0; sleep 1; done; exit 1`, web.Spec.ClusterIP)
+		if logs, ok := runTenantPod(t, ctx, good, "after-wake", sharedNode, script); !ok || !strings.Contains(logs, "hi from ") {
+			t.Errorf("the victim's pod reaching its own Service after the wake: %q (ok %v)", logs, ok)
+		}
 	})
 
 	deleteAndCheckGone(t, ctx, attacker)

@@ -1,36 +1,89 @@
 // Package wakegate answers for sleeping tenants: while a tenant sleeps, its apiserver Service
-// leads here (an EndpointSlice of the operator's), and the first connection wakes the tenant,
-// is held until its apiserver is Ready, then joined to it byte for byte. The gateway reads
-// nothing of the connection (TLS goes through untouched), so it holds no tenant key, and the
-// client needs no retry: to it the first TLS handshake just takes as long as the wake.
+// leads here (an EndpointSlice of the operator's), and the first request wakes the tenant, is
+// held until its apiserver is Ready, then passed to it.
+//
+// The gateway ends TLS itself, with the tenant apiserver's own serving certificate, so a
+// client's TLS handshake ends at once however long the wake takes (client-go gives up on a
+// handshake after 10 s); the request then waits, as a slow apiserver's would. The gateway
+// tells the apiserver who asks exactly as the apiserver would have found out itself:
+//   - a client certificate the apiserver would accept (signed by what its --client-ca-file
+//     holds, for client use) becomes the user and groups of the request, sent as X-Remote-User
+//     and X-Remote-Group over a connection authenticated with the tenant's front-proxy client
+//     certificate (the apiserver's --requestheader-* flags);
+//   - anything else (a bearer token, no credential, a certificate of another CA) goes over a
+//     connection with no client certificate, so the apiserver judges the request's own
+//     Authorization header, or takes it as anonymous.
+//
+// Every X-Remote-* header a client sends is dropped: only the gateway names users.
 package wakegate
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 )
 
-// maxHeld bounds the connections held for one tenant at a time.
+// maxHeld bounds the requests held for one tenant at a time; more are answered 503 with
+// Retry-After, which client-go retries by itself.
 const maxHeld = 256
+
+// remoteHeaderPrefix starts every header the tenant apiserver takes an identity from
+// (--requestheader-username-headers, -group-headers and -extra-headers-prefix).
+const remoteHeaderPrefix = "X-Remote-"
+
+// Credentials are what the gateway needs to stand in for a tenant's apiserver.
+type Credentials struct {
+	// Serving is the apiserver's serving certificate: clients verify the gateway as they
+	// verify the apiserver.
+	Serving tls.Certificate
+	// ClientCAs are what the apiserver trusts for client certificates (its --client-ca-file).
+	ClientCAs *x509.CertPool
+	// FrontProxy is the client certificate the apiserver takes X-Remote-* identities from.
+	FrontProxy tls.Certificate
+	// APIServerCAs and APIServerName verify the apiserver the gateway passes requests to.
+	APIServerCAs  *x509.CertPool
+	APIServerName string
+}
+
+// same says whether c and o hold the same certificates.
+func (c *Credentials) same(o *Credentials) bool {
+	first := func(t tls.Certificate) []byte {
+		if len(t.Certificate) == 0 {
+			return nil
+		}
+		return t.Certificate[0]
+	}
+	return bytes.Equal(first(c.Serving), first(o.Serving)) && bytes.Equal(first(c.FrontProxy), first(o.FrontProxy)) &&
+		c.ClientCAs.Equal(o.ClientCAs) && c.APIServerCAs.Equal(o.APIServerCAs) && c.APIServerName == o.APIServerName
+}
 
 // Gateway listens on one port per tenant it holds.
 type Gateway struct {
 	// Address is the IP the host's Services reach the gateway at: the operator pod's.
 	Address string
-	// Wake wakes the tenant; from is the connection's remote address, for the record.
+	// Wake wakes the tenant; from is the request's remote address, for the record.
 	Wake func(ctx context.Context, tenant types.NamespacedName, from string) error
 	// Backend is the address of one Ready apiserver of the tenant, once there is one.
 	Backend func(ctx context.Context, tenant types.NamespacedName) (string, bool)
-	// Timeout bounds how long a connection is held for the tenant to wake.
+	// Timeout bounds how long a request is held for the tenant to wake.
 	Timeout time.Duration
 	// ReleaseGrace is how long a released tenant's port still serves: until every node's
 	// kube-proxy has stopped sending the tenant's connections here. Zero means 30 s.
@@ -41,13 +94,27 @@ type Gateway struct {
 	listeners map[types.NamespacedName]*listener
 }
 
-// listener is a tenant's port; closing is set once the tenant is released.
+// listener is a tenant's port and what it serves with.
 type listener struct {
 	net.Listener
+	srv *http.Server
+	// closing is set once the tenant is released.
 	closing *time.Timer
+	creds   atomic.Pointer[transports]
+	// backend is the apiserver requests went to last; empty until the tenant answered.
+	backend atomic.Pointer[string]
+	held    chan struct{}
 }
 
-// Start sets the context the gateway's connections live in; Stop of every tenant follows its end.
+// transports are a tenant's credentials and the connections made with them: asUser carries
+// the front-proxy certificate, asItself none.
+type transports struct {
+	*Credentials
+	asUser, asItself *http.Transport
+}
+
+// Start sets the context the gateway's connections live in; every tenant's port closes
+// when it ends.
 func (g *Gateway) Start(ctx context.Context) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -59,13 +126,14 @@ func (g *Gateway) Start(ctx context.Context) {
 			if l.closing != nil {
 				l.closing.Stop()
 			}
-			_ = l.Close()
+			_ = l.srv.Close()
 			delete(g.listeners, key)
 		}
 	})
 }
 
-// Hold listens for tenant's connections, if it does not yet, and returns the port.
+// Hold listens for tenant's connections, if it does not yet, and returns the port. It serves
+// once SetCredentials gave it the tenant's certificates.
 func (g *Gateway) Hold(tenant types.NamespacedName) (int32, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -74,8 +142,10 @@ func (g *Gateway) Hold(tenant types.NamespacedName) (int32, error) {
 	}
 	if l, ok := g.listeners[tenant]; ok {
 		if l.closing != nil {
+			// Asleep again: the apiserver requests went to is gone.
 			l.closing.Stop()
 			l.closing = nil
+			l.backend.Store(nil)
 		}
 		return int32(l.Addr().(*net.TCPAddr).Port), nil
 	}
@@ -86,42 +156,64 @@ func (g *Gateway) Hold(tenant types.NamespacedName) (int32, error) {
 	if g.listeners == nil {
 		g.listeners = map[types.NamespacedName]*listener{}
 	}
-	l := &listener{Listener: nl}
+	logger := klog.FromContext(g.ctx).WithValues("virtualCluster", tenant.String())
+	l := &listener{Listener: nl, held: make(chan struct{}, maxHeld)}
+	l.srv = &http.Server{
+		Handler:           g.handler(tenant, l, logger),
+		ReadHeaderTimeout: 30 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return klog.NewContext(g.ctx, logger) },
+		// Handshakes that fail (a client that does not trust the tenant, a port check, plain
+		// HTTP) are the client's business, logged only at V(1).
+		ErrorLog: log.New(klogWriter{logger.V(1)}, "", 0),
+		TLSConfig: &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			// As the apiserver: a client certificate is asked for, and judged per request.
+			ClientAuth: tls.RequestClientCert,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+				if t := l.creds.Load(); t != nil {
+					return &t.Serving, nil
+				}
+				return nil, errors.New("the wake gateway has no certificate for the tenant yet")
+			},
+		},
+	}
 	g.listeners[tenant] = l
-	log := klog.FromContext(g.ctx).WithValues("virtualCluster", tenant.String())
-	log.Info("the wake gateway holds the tenant's endpoint", "address", l.Addr().String())
-	go func() {
-		// Each held connection is a goroutine for up to Timeout: a flood of them is refused
-		// past maxHeld, rather than growing the operator's memory.
-		held := make(chan struct{}, maxHeld)
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return // closed by Release
-			}
-			// A connection that comes while the port is released (the tenant is awake, the
-			// nodes still send some here) is joined, and wakes nothing: the tenant may have
-			// been put to sleep again meanwhile, and this connection is older than that.
-			g.mu.Lock()
-			wake := l.closing == nil
-			g.mu.Unlock()
-			select {
-			case held <- struct{}{}:
-				go func() {
-					defer func() { <-held }()
-					g.serve(klog.NewContext(g.ctx, log), tenant, conn, wake)
-				}()
-			default:
-				log.V(1).Info("too many connections held for the tenant; closing one", "from", conn.RemoteAddr().String(), "held", maxHeld)
-				_ = conn.Close()
-			}
-		}
-	}()
+	logger.Info("the wake gateway holds the tenant's endpoint", "address", l.Addr().String())
+	go func() { _ = l.srv.ServeTLS(l, "", "") }()
 	return int32(l.Addr().(*net.TCPAddr).Port), nil
 }
 
-// Release stops listening for tenant after ReleaseGrace (Hold again keeps it); connections
-// held or joined already go on.
+// SetCredentials gives a held tenant's port the certificates it serves and passes requests
+// with; the operator calls it with what it has just issued or checked.
+func (g *Gateway) SetCredentials(tenant types.NamespacedName, c *Credentials) {
+	g.mu.Lock()
+	l, ok := g.listeners[tenant]
+	g.mu.Unlock()
+	if !ok {
+		return
+	}
+	old := l.creds.Load()
+	if old != nil && old.same(c) {
+		return
+	}
+	transport := func(certs ...tls.Certificate) *http.Transport {
+		return &http.Transport{
+			TLSClientConfig:     &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: c.APIServerCAs, ServerName: c.APIServerName, Certificates: certs},
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+			TLSHandshakeTimeout: 10 * time.Second,
+			MaxIdleConnsPerHost: 16,
+			IdleConnTimeout:     90 * time.Second,
+		}
+	}
+	l.creds.Store(&transports{Credentials: c, asUser: transport(c.FrontProxy), asItself: transport()})
+	if old != nil {
+		old.asUser.CloseIdleConnections()
+		old.asItself.CloseIdleConnections()
+	}
+}
+
+// Release stops listening for tenant after ReleaseGrace (Hold again keeps it). Then requests
+// already passed on get a minute more; clients then reconnect, to the apiserver itself.
 func (g *Gateway) Release(tenant types.NamespacedName) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -138,79 +230,147 @@ func (g *Gateway) Release(tenant types.NamespacedName) {
 	timer = time.AfterFunc(grace, func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if g.listeners[tenant] == l && l.closing == timer {
-			_ = l.Close()
-			delete(g.listeners, tenant)
+		if g.listeners[tenant] != l || l.closing != timer {
+			return
 		}
+		delete(g.listeners, tenant)
+		go func() {
+			// Shutdown closes the port and idle connections (HTTP/2 ones are told to go), and
+			// waits for requests under way: watches are cut after a minute.
+			ctx, cancel := context.WithTimeout(g.ctx, time.Minute)
+			defer cancel()
+			if err := l.srv.Shutdown(ctx); err != nil {
+				_ = l.srv.Close()
+			}
+		}()
 	})
 	l.closing = timer
 }
 
-// serve wakes the tenant (if wake), waits for a Ready apiserver and joins conn to it.
-func (g *Gateway) serve(ctx context.Context, tenant types.NamespacedName, conn net.Conn, wake bool) {
-	defer conn.Close()
-	log := klog.FromContext(ctx).WithValues("from", conn.RemoteAddr().String())
-	start := time.Now()
-	// Only a connection that says something wakes the tenant (a client's TLS hello comes at
-	// once): one that connects and closes, a port check such as the operator's own probe of
-	// the endpoint, does not.
-	_ = conn.SetReadDeadline(start.Add(g.Timeout))
-	first := make([]byte, 16<<10)
-	n, err := conn.Read(first)
-	if n == 0 {
-		log.V(1).Info("the connection ended before it sent anything; the tenant is not woken", "err", err)
-		return
-	}
-	_ = conn.SetReadDeadline(time.Time{})
+// handler serves tenant's requests: the first ones wake it and wait for its apiserver; all
+// are passed to it.
+func (g *Gateway) handler(tenant types.NamespacedName, l *listener, logger klog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		t := l.creds.Load() // set: the handshake needed it
+		addr := ""
+		if a := l.backend.Load(); a != nil {
+			addr = *a
+		} else {
+			select {
+			case l.held <- struct{}{}:
+				defer func() { <-l.held }()
+			default:
+				unavailable(w, fmt.Sprintf("%d requests already wait for the tenant to wake", maxHeld))
+				return
+			}
+			var err error
+			if addr, err = g.wakeAndWait(req.Context(), tenant, l, req.RemoteAddr); err != nil {
+				logger.Info("a request for the sleeping tenant was not served", "from", req.RemoteAddr, "reason", err.Error())
+				unavailable(w, err.Error())
+				return
+			}
+		}
+		user := clientUser(req, t.ClientCAs)
+		transport := t.asItself
+		if user != nil {
+			transport = t.asUser
+		}
+		proxy := &httputil.ReverseProxy{
+			Transport:     transport,
+			FlushInterval: -1, // watches and logs stream
+			Rewrite: func(pr *httputil.ProxyRequest) {
+				pr.SetURL(&url.URL{Scheme: "https", Host: addr})
+				pr.SetXForwarded() // the apiserver's audit records the client's address
+				for name := range pr.Out.Header {
+					if strings.HasPrefix(name, remoteHeaderPrefix) {
+						pr.Out.Header.Del(name)
+					}
+				}
+				if user != nil {
+					pr.Out.Header.Set("X-Remote-User", user.Subject.CommonName)
+					for _, group := range user.Subject.Organization {
+						pr.Out.Header.Add("X-Remote-Group", group)
+					}
+				}
+			},
+			ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+				if cur := l.backend.Load(); cur != nil && *cur == addr {
+					l.backend.CompareAndSwap(cur, nil) // the next request looks for an apiserver again
+				}
+				logger.Info("passing a request to the tenant's apiserver failed", "apiserver", addr, "err", err.Error())
+				unavailable(w, "the tenant's apiserver did not answer")
+			},
+		}
+		proxy.ServeHTTP(w, req)
+	})
+}
+
+// wakeAndWait wakes the tenant, unless its port is released (the tenant is awake, or was put
+// to sleep again after this request's client connected), and waits for a Ready apiserver.
+func (g *Gateway) wakeAndWait(ctx context.Context, tenant types.NamespacedName, l *listener, from string) (string, error) {
+	g.mu.Lock()
+	wake := l.closing == nil
+	g.mu.Unlock()
 	if wake {
-		if err := g.Wake(ctx, tenant, conn.RemoteAddr().String()); err != nil {
-			log.Error(err, "waking the tenant for a connection failed; closing it")
-			return
+		if err := g.Wake(ctx, tenant, from); err != nil {
+			return "", fmt.Errorf("waking the tenant failed: %w", err)
 		}
 	}
+	start := time.Now()
 	wait, cancel := context.WithTimeout(ctx, g.Timeout)
 	defer cancel()
-	var backend net.Conn
-	for backend == nil {
+	for {
 		if addr, ok := g.Backend(wait, tenant); ok {
-			var d net.Dialer
-			dial, dcancel := context.WithTimeout(wait, time.Second)
-			backend, _ = d.DialContext(dial, "tcp", addr)
-			dcancel()
-		}
-		if backend != nil {
-			break
+			l.backend.Store(&addr)
+			klog.FromContext(ctx).Info("the tenant's apiserver answers; requests held for it go on", "held", time.Since(start).Round(time.Millisecond), "apiserver", addr)
+			return addr, nil
 		}
 		select {
 		case <-wait.Done():
-			log.Info("the tenant did not wake in time; closing the connection", "waited", time.Since(start).Round(time.Millisecond))
-			return
+			if ctx.Err() != nil {
+				return "", errors.New("the client went away while the tenant woke")
+			}
+			return "", fmt.Errorf("the tenant did not wake within %s", g.Timeout)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	defer backend.Close()
-	if _, err := backend.Write(first[:n]); err != nil {
-		log.Error(err, "passing the connection's first bytes to the apiserver failed")
-		return
-	}
-	log.Info("connection held while the tenant woke, now joined to its apiserver", "held", time.Since(start).Round(time.Millisecond), "apiserver", backend.RemoteAddr().String())
-	join(conn, backend)
 }
 
-// join copies both ways until one side ends, then ends the other.
-func join(a, b net.Conn) {
-	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		if tcp, ok := dst.(*net.TCPConn); ok {
-			_ = tcp.CloseWrite()
-		}
-		done <- struct{}{}
+// clientUser is the request's client certificate if the apiserver would take it as the
+// user: signed, for client use, by what it trusts, and naming a user.
+func clientUser(req *http.Request, roots *x509.CertPool) *x509.Certificate {
+	if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
+		return nil
 	}
-	go pipe(a, b)
-	go pipe(b, a)
-	<-done
-	<-done
+	certs := req.TLS.PeerCertificates
+	opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	for _, c := range certs[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := certs[0].Verify(opts); err != nil || certs[0].Subject.CommonName == "" {
+		return nil
+	}
+	return certs[0]
+}
+
+// unavailable answers 503 as the apiserver does, with a Retry-After that client-go honours.
+func unavailable(w http.ResponseWriter, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", "1")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_ = json.NewEncoder(w).Encode(&metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure, Message: "the wake gateway: " + message,
+		Reason: metav1.StatusReasonServiceUnavailable, Code: http.StatusServiceUnavailable,
+	})
+}
+
+// klogWriter sends the http.Server's own log lines to a logger.
+type klogWriter struct{ logger klog.Logger }
+
+func (k klogWriter) Write(p []byte) (int, error) {
+	k.logger.Info(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // readyzClient asks an apiserver's /readyz, which answers anyone (system:public-info-viewer).

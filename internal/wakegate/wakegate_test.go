@@ -1,51 +1,131 @@
 package wakegate
 
 import (
-	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kubenest-io/kubenest/pkg/pki"
 )
 
-// TestHoldWakeJoin: a connection to a held tenant wakes it, waits while its apiserver is not
-// there, and is then joined to it; a released tenant's port refuses new connections while the
-// joined one goes on.
-func TestHoldWakeJoin(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	// The apiserver: echoes each line back.
-	backend, err := net.Listen("tcp", "127.0.0.1:0")
+// tenantPKI is a tenant's certificates as the gateway and its apiserver use them, and a
+// stranger's client certificate.
+type tenantPKI struct {
+	creds           *Credentials
+	frontProxyCAs   *x509.CertPool
+	admin, stranger tls.Certificate
+	serving         tls.Certificate
+	clientRoots     *x509.CertPool
+}
+
+func newTenantPKI(t *testing.T) *tenantPKI {
+	t.Helper()
+	now := time.Now()
+	must := func(kp *pki.KeyPair, err error) *pki.KeyPair {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kp
+	}
+	ca := must(pki.NewCA("tenant-ca", now))
+	fpCA := must(pki.NewCA("tenant-front-proxy-ca", now))
+	otherCA := must(pki.NewCA("another-tenant-ca", now))
+	serving := must(ca.Issue(pki.CertSpec{CommonName: "kube-apiserver", DNSNames: []string{"kubernetes"},
+		IPs: []net.IP{net.ParseIP("127.0.0.1")}, Usage: pki.UsageServer}, now))
+	fp := must(fpCA.Issue(pki.CertSpec{CommonName: "front-proxy-client", Usage: pki.UsageClient}, now))
+	admin := must(ca.Issue(pki.CertSpec{CommonName: "kubernetes-admin", Organization: []string{"system:masters"}, Usage: pki.UsageClient}, now))
+	stranger := must(otherCA.Issue(pki.CertSpec{CommonName: "kubernetes-admin", Organization: []string{"system:masters"}, Usage: pki.UsageClient}, now))
+	pool := func(c *x509.Certificate) *x509.CertPool {
+		p := x509.NewCertPool()
+		p.AddCert(c)
+		return p
+	}
+	return &tenantPKI{
+		creds: &Credentials{Serving: serving.TLSCertificate(), ClientCAs: pool(ca.Cert), FrontProxy: fp.TLSCertificate(),
+			APIServerCAs: pool(ca.Cert), APIServerName: "kubernetes"},
+		frontProxyCAs: pool(fpCA.Cert), clientRoots: pool(ca.Cert),
+		admin: admin.TLSCertificate(), stranger: stranger.TLSCertificate(), serving: serving.TLSCertificate(),
+	}
+}
+
+// apiserver answers who it takes the request to be from, as kube-apiserver decides it: the
+// X-Remote-* headers only from its front-proxy client, else a bearer token, else anonymous.
+func (p *tenantPKI) apiserver(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		who := "anonymous"
+		if certs := r.TLS.PeerCertificates; len(certs) > 0 {
+			if _, err := certs[0].Verify(x509.VerifyOptions{Roots: p.frontProxyCAs, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+				who = "user=" + r.Header.Get("X-Remote-User") + " groups=" + strings.Join(r.Header.Values("X-Remote-Group"), ",")
+			} else {
+				who = "a certificate it does not trust"
+			}
+		} else if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			who = "token=" + token
+			if r.Header.Get("X-Remote-User") != "" {
+				who += " with X-Remote-User " + r.Header.Get("X-Remote-User")
+			}
+		}
+		fmt.Fprintf(w, "%s from %s", who, r.Header.Get("X-Forwarded-For"))
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{p.serving}, ClientAuth: tls.RequestClientCert}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// client trusts the tenant's CA, as its kubeconfig does, and presents certs. Its TLS
+// handshake gives up after a second: what matters is that the wake does not happen in it.
+func (p *tenantPKI) client(certs ...tls.Certificate) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: p.clientRoots, Certificates: certs},
+		TLSHandshakeTimeout: time.Second, DisableKeepAlives: true, ForceAttemptHTTP2: true,
+	}}
+}
+
+func get(t *testing.T, c *http.Client, url string, header map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer backend.Close()
-	go func() {
-		for {
-			c, err := backend.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					_, _ = c.Write([]byte("echo " + line))
-				}
-			}()
-		}
-	}()
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
 
+// TestWakeAndPass: a request to a held tenant wakes it, waits (past its client's handshake
+// timeout) until its apiserver is there, and reaches it as the client: a trusted client
+// certificate as its user, anything else as what the apiserver makes of it; forged X-Remote-*
+// headers never pass. A released tenant's port serves for its grace, waking nothing, then
+// refuses connections.
+func TestWakeAndPass(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := newTenantPKI(t)
+	backend := p.apiserver(t)
 	var wakes atomic.Int32
-	up := time.Now().Add(300 * time.Millisecond) // the tenant takes a while to wake
+	up := time.Now().Add(1500 * time.Millisecond) // longer than the clients' TLS handshake timeout
 	tenant := types.NamespacedName{Namespace: "tenants", Name: "team-a"}
 	g := &Gateway{
 		Address:      "127.0.0.1",
@@ -59,7 +139,7 @@ func TestHoldWakeJoin(t *testing.T) {
 			return nil
 		},
 		Backend: func(context.Context, types.NamespacedName) (string, bool) {
-			return backend.Addr().String(), time.Now().After(up)
+			return backend.Listener.Addr().String(), time.Now().After(up)
 		},
 	}
 	g.Start(ctx)
@@ -70,25 +150,24 @@ func TestHoldWakeJoin(t *testing.T) {
 	if again, _ := g.Hold(tenant); again != port {
 		t.Errorf("holding the tenant again listens on %d, want the same port %d", again, port)
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))
+	g.SetCredentials(tenant, p.creds)
+	url := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))) + "/api"
+	forged := map[string]string{"X-Remote-User": "system:admin", "X-Remote-Group": "system:masters"}
 
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	// The client speaks first and waits, as a TLS client's hello does.
-	if _, err := conn.Write([]byte("hello\n")); err != nil {
-		t.Fatal(err)
-	}
-	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
-	if err != nil || line != "echo hello\n" {
-		t.Fatalf("through the gateway: %q, %v", line, err)
+	code, body := get(t, p.client(p.admin), url, map[string]string{"X-Remote-Group": "forged"})
+	if code != http.StatusOK || body != "user=kubernetes-admin groups=system:masters from 127.0.0.1" {
+		t.Errorf("the tenant's admin through the gateway: %d %q", code, body)
 	}
 	if time.Now().Before(up) {
 		t.Errorf("answered before the tenant was up")
+	}
+	code, body = get(t, p.client(), url, map[string]string{"Authorization": "Bearer sa-token", "X-Remote-User": "system:admin"})
+	if code != http.StatusOK || body != "token=sa-token from 127.0.0.1" {
+		t.Errorf("a bearer token with a forged X-Remote-User through the gateway: %d %q", code, body)
+	}
+	code, body = get(t, p.client(p.stranger), url, forged)
+	if code != http.StatusOK || body != "anonymous from 127.0.0.1" {
+		t.Errorf("another CA's client certificate with forged X-Remote-* headers through the gateway: %d %q", code, body)
 	}
 	if n := wakes.Load(); n != 1 {
 		t.Errorf("%d wakes, want 1", n)
@@ -97,38 +176,28 @@ func TestHoldWakeJoin(t *testing.T) {
 	g.Release(tenant)
 	// For the grace, the port still serves (nodes' kube-proxies still send connections here),
 	// and wakes nothing: the tenant is awake, or was put to sleep after such a connection.
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		t.Fatalf("a just released tenant's port: %v", err)
+	if code, body := get(t, p.client(p.admin), url, nil); code != http.StatusOK || !strings.HasPrefix(body, "user=kubernetes-admin") {
+		t.Errorf("a request in the release grace: %d %q", code, body)
 	}
-	_, _ = c.Write([]byte("late\n"))
-	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "echo late\n" {
-		t.Errorf("a connection in the release grace: %q, %v", line, err)
-	}
-	c.Close()
 	if n := wakes.Load(); n != 1 {
-		t.Errorf("%d wakes after a connection in the release grace, want still 1", n)
+		t.Errorf("%d wakes after a request in the release grace, want still 1", n)
 	}
 	time.Sleep(400 * time.Millisecond)
-	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+	if c, err := net.DialTimeout("tcp", strings.TrimSuffix(strings.TrimPrefix(url, "https://"), "/api"), time.Second); err == nil {
 		c.Close()
 		t.Errorf("a released tenant's port still accepts connections")
 	}
-	if _, err := conn.Write([]byte("still there\n")); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := r.ReadString('\n'); err != nil || line != "echo still there\n" {
-		t.Errorf("the joined connection after the release: %q, %v", line, err)
-	}
 }
 
-// TestGiveUp: a tenant that does not wake in time has its held connection closed; a
-// connection that sends nothing (a port check) does not wake the tenant.
+// TestGiveUp: a tenant that does not wake in time has its held request answered 503 with a
+// Retry-After; a connection that ends no TLS handshake (a port check, plain HTTP) wakes
+// nothing.
 func TestGiveUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	p := newTenantPKI(t)
 	var wakes atomic.Int32
+	tenant := types.NamespacedName{Namespace: "tenants", Name: "never"}
 	g := &Gateway{
 		Address: "127.0.0.1",
 		Timeout: 500 * time.Millisecond,
@@ -139,32 +208,37 @@ func TestGiveUp(t *testing.T) {
 		Backend: func(context.Context, types.NamespacedName) (string, bool) { return "", false },
 	}
 	g.Start(ctx)
-	port, err := g.Hold(types.NamespacedName{Namespace: "tenants", Name: "never"})
+	port, err := g.Hold(tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.SetCredentials(tenant, p.creds)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))
-	for _, say := range []string{"", "hello\n"} {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if say != "" {
-			if _, err := conn.Write([]byte(say)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		start := time.Now()
-		if _, err := conn.Read(make([]byte, 1)); err == nil || time.Since(start) > 3*time.Second {
-			t.Errorf("held connection (sent %q) of a tenant that never woke: read %v after %s, want it closed after about 500ms", say, err, time.Since(start))
-		}
-		conn.Close()
-		if say == "" && wakes.Load() != 0 {
-			t.Errorf("a connection that sent nothing woke the tenant")
-		}
+
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	code, body := get(t, &http.Client{Timeout: 5 * time.Second}, "http://"+addr+"/api", nil)
+	if code != http.StatusBadRequest || !strings.Contains(body, "HTTPS") {
+		t.Errorf("plain HTTP to the gateway: %d %q", code, body)
+	}
+	if n := wakes.Load(); n != 0 {
+		t.Errorf("a port check and a plain HTTP request woke the tenant %d times", n)
+	}
+
+	start := time.Now()
+	resp, err := p.client(p.admin).Get("https://" + addr + "/api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || time.Since(start) > 3*time.Second {
+		t.Errorf("a request for a tenant that never woke: %d, Retry-After %q after %s; want 503 with a Retry-After after about 500ms",
+			resp.StatusCode, resp.Header.Get("Retry-After"), time.Since(start))
 	}
 	if n := wakes.Load(); n != 1 {
-		t.Errorf("%d wakes, want 1 (the connection that sent something)", n)
+		t.Errorf("%d wakes, want 1 (the request)", n)
 	}
 }

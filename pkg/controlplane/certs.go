@@ -74,6 +74,12 @@ func (a *Authorities) CABundle() []byte {
 	return out
 }
 
+// ClientCABundle is what the apiserver trusts for client certificates (its --client-ca-file):
+// the CA bundle and the kubelet signer, whose certificates the kubelets of lent nodes use.
+func (a *Authorities) ClientCABundle() []byte {
+	return append(a.CABundle(), a.KubeletSigner.CertPEM()...)
+}
+
 // CARotation is the step of a cluster CA rotation the authorities are at.
 func (a *Authorities) CARotation() v1alpha1.CARotationPhase {
 	switch {

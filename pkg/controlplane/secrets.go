@@ -58,7 +58,7 @@ func ControlPlaneCertsSecret(vc *v1alpha1.VirtualCluster, a *Authorities, l Leav
 	}
 	data := map[string][]byte{
 		KeyCACert:           a.CABundle(),
-		KeyClientCABundle:   append(a.CABundle(), a.KubeletSigner.CertPEM()...),
+		KeyClientCABundle:   a.ClientCABundle(),
 		KeyEtcdCACert:       a.EtcdCA.CertPEM(),
 		KeyFrontProxyCACert: a.FrontProxyCA.CertPEM(),
 		KeySAKey:            saData[KeySAKey],

@@ -13,6 +13,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -54,6 +55,11 @@ type KeyPair struct {
 
 // CertPEM returns the certificate PEM-encoded.
 func (kp *KeyPair) CertPEM() []byte { return EncodeCert(kp.Cert) }
+
+// TLSCertificate is the key pair as crypto/tls serves or presents it.
+func (kp *KeyPair) TLSCertificate() tls.Certificate {
+	return tls.Certificate{Certificate: [][]byte{kp.Cert.Raw}, PrivateKey: kp.Key, Leaf: kp.Cert}
+}
 
 // KeyPEM returns the private key PEM-encoded.
 func (kp *KeyPair) KeyPEM() ([]byte, error) {

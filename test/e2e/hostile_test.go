@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
@@ -459,20 +461,48 @@ func TestHostileTenant(t *testing.T) {
 		})
 	})
 
-	t.Run("a sleeping tenant's wake gateway, reached from another tenant's pod", func(t *testing.T) {
-		// The attacker's pod can reach the victim's endpoint, asleep as awake: it may wake the
-		// victim (the cost of a reachable endpoint), but the gateway only joins it to the
-		// victim's apiserver, which still asks for credentials it does not have.
+	t.Run("a sleeping tenant's wake gateway, reached from another tenant", func(t *testing.T) {
+		// The attacker can reach the victim's endpoint, asleep as awake. Plain HTTP from its
+		// pod wakes nothing. A TLS request wakes the victim (the cost of a reachable
+		// endpoint), but the gateway, which ends TLS with the victim's serving certificate,
+		// passes it on as what it is: the attacker's client certificate is not one the victim
+		// trusts, and the X-Remote-* headers it forges to name itself the victim's admin are
+		// dropped, so the victim's apiserver takes it as anonymous.
 		sleepAndWait(t, ctx, victim)
 		u, err := url.Parse(victim.Status.Endpoint)
 		if err != nil {
 			t.Fatal(err)
 		}
-		script := fmt.Sprintf(`printf 'GET /api/v1/secrets HTTP/1.0\r\n\r\n' | nc -w 60 %s %s`, u.Hostname(), u.Port())
+		script := fmt.Sprintf(`printf 'GET /api/v1/secrets HTTP/1.0\r\n\r\n' | nc -w 10 %s %s`, u.Hostname(), u.Port())
 		logs, _ := runTenantPod(t, ctx, evil, "wake-victim", sharedNode, script)
 		if !strings.Contains(logs, "Client sent an HTTP request to an HTTPS server") || strings.Contains(logs, "SecretList") {
-			t.Errorf("the attacker's request through the victim's wake gateway answered %q; want only the apiserver's refusal of plain HTTP", logs)
+			t.Errorf("the attacker's plain HTTP request to the victim's wake gateway answered %q; want only the refusal of plain HTTP", logs)
 		}
+		if err := host.Get(ctx, client.ObjectKeyFromObject(victim), victim); err != nil {
+			t.Fatal(err)
+		}
+		if !victim.Spec.Sleep.Asleep {
+			t.Errorf("a plain HTTP request woke the victim")
+		}
+
+		cfg, err := clientcmd.BuildConfigFromFlags("", attackerKC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Host = victim.Status.Endpoint
+		cfg.TLSClientConfig.CAData, cfg.TLSClientConfig.CAFile, cfg.TLSClientConfig.Insecure = nil, "", true
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				req.Header.Set("X-Remote-User", "kubernetes-admin")
+				req.Header.Set("X-Remote-Group", "system:masters")
+				return rt.RoundTrip(req)
+			})
+		}
+		_, err = kubernetes.NewForConfigOrDie(cfg).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+		if !apierrors.IsUnauthorized(err) && !(apierrors.IsForbidden(err) && strings.Contains(err.Error(), `"system:anonymous"`)) {
+			t.Errorf("the attacker's admin certificate and forged X-Remote-* headers through the victim's wake gateway: %v; want the victim's apiserver to take it as anonymous", err)
+		}
+		t.Logf("the attacker's request through the wake gateway: %v", err)
 		got := waitReady(t, ctx, victim)
 		if got.Spec.Sleep.Asleep {
 			t.Errorf("the victim answered but spec.sleep.asleep is still true")
@@ -616,3 +646,8 @@ func waitTenantServiceAccount(t *testing.T, ctx context.Context, tenant kubernet
 		t.Fatalf("no default ServiceAccount in the tenant's namespace %s: %v", ns, err)
 	}
 }
+
+// roundTripFunc is a function as an http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

@@ -217,8 +217,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 			return reconcile.Result{}, err
 		}
 	}
-	if err := r.reconcileWakeGateway(ctx, vc, gatewayPort); err != nil {
-		return reconcile.Result{}, err
+	if gatewayPort == 0 {
+		if err := r.releaseWakeGateway(ctx, vc); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 	exposure, err := r.exposure(ctx, vc, apiSvc)
 	if err != nil {
@@ -236,6 +238,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 			return reconcile.Result{RequeueAfter: issuerRetryInterval}, nil
 		}
 		return reconcile.Result{}, nil
+	}
+
+	if gatewayPort != 0 {
+		if err := r.leadToWakeGateway(ctx, vc, pki, gatewayPort); err != nil {
+			return reconcile.Result{}, err
+		}
 	}
 
 	// etcd reads its certificate files at every TLS handshake, so renewed leaves reach it

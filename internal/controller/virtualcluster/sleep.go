@@ -2,6 +2,8 @@ package virtualcluster
 
 import (
 	"context"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -131,20 +133,26 @@ func (r *Reconciler) gatewayHolds(ctx context.Context, vc *v1alpha1.VirtualClust
 	return port, nil
 }
 
-// reconcileWakeGateway leads the apiserver Service (applied without its selector when the
-// gateway holds it on port) to the wake gateway, or back to the apiservers (port 0). The
-// gateway's EndpointSlice is removed on every pass of an awake tenant that ever slept: one left
+// releaseWakeGateway leads the apiserver Service back to the apiservers: the gateway's
+// EndpointSlice is removed on every pass of an awake tenant that ever slept, as one left
 // behind by an operator that restarted meanwhile would lead connections to an address that no
 // longer answers.
-func (r *Reconciler) reconcileWakeGateway(ctx context.Context, vc *v1alpha1.VirtualCluster, port int32) error {
-	if r.Wake == nil || (port == 0 && meta.FindStatusCondition(vc.Status.Conditions, v1alpha1.ConditionAsleep) == nil) {
+func (r *Reconciler) releaseWakeGateway(ctx context.Context, vc *v1alpha1.VirtualCluster) error {
+	if r.Wake == nil || meta.FindStatusCondition(vc.Status.Conditions, v1alpha1.ConditionAsleep) == nil {
 		return nil
 	}
-	if port == 0 {
-		r.Wake.Release(client.ObjectKeyFromObject(vc))
-		slice := controlplane.WakeEndpointSlice(vc, r.Wake.Address, 0)
-		return client.IgnoreNotFound(r.Client.Delete(ctx, slice))
+	r.Wake.Release(client.ObjectKeyFromObject(vc))
+	return client.IgnoreNotFound(r.Client.Delete(ctx, controlplane.WakeEndpointSlice(vc, r.Wake.Address, 0)))
+}
+
+// leadToWakeGateway gives the gateway, listening for the tenant on port, the certificates it
+// answers with, and leads the apiserver Service (applied without its selector) there.
+func (r *Reconciler) leadToWakeGateway(ctx context.Context, vc *v1alpha1.VirtualCluster, p *tenantPKI, port int32) error {
+	creds, err := gatewayCredentials(p)
+	if err != nil {
+		return err
 	}
+	r.Wake.SetCredentials(client.ObjectKeyFromObject(vc), creds)
 	if err := ssa.Apply(ctx, r.Client, controlplane.WakeEndpointSlice(vc, r.Wake.Address, port), FieldOwner); err != nil {
 		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 			return nil // the tenant's namespace is going, and the tenant with it
@@ -155,7 +163,7 @@ func (r *Reconciler) reconcileWakeGateway(ctx context.Context, vc *v1alpha1.Virt
 	// endpoints controller no longer updates (which the mirroring controller then copies into
 	// a slice) and the EndpointSlice controller's slices. Connections sent there would hang.
 	svc := naming.For(vc.Name).APIServerService()
-	err := r.Client.Delete(ctx, &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: vc.Namespace, Name: svc}})
+	err = r.Client.Delete(ctx, &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: vc.Namespace, Name: svc}})
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("removing the apiserver Service's Endpoints: %w", err)
 	}
@@ -165,6 +173,26 @@ func (r *Reconciler) reconcileWakeGateway(ctx context.Context, vc *v1alpha1.Virt
 	}
 	err = r.Client.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(vc.Namespace), client.MatchingLabelsSelector{Selector: others})
 	return client.IgnoreNotFound(err)
+}
+
+// gatewayCredentials are the certificates the wake gateway stands in for the tenant's
+// apiserver with: the ones this pass issued or checked, as the apiserver mounts them.
+func gatewayCredentials(p *tenantPKI) (*wakegate.Credentials, error) {
+	serving, frontProxy := p.leaves[controlplane.LeafAPIServer], p.leaves[controlplane.LeafFrontProxyClient]
+	if serving == nil || frontProxy == nil {
+		return nil, errors.New("the tenant has no apiserver or front-proxy client certificate")
+	}
+	clientCAs, apiServerCAs := x509.NewCertPool(), x509.NewCertPool()
+	if !clientCAs.AppendCertsFromPEM(p.authorities.ClientCABundle()) || !apiServerCAs.AppendCertsFromPEM(p.authorities.CABundle()) {
+		return nil, errors.New("the tenant's CA bundle holds no certificate")
+	}
+	return &wakegate.Credentials{
+		Serving:       serving.TLSCertificate(),
+		ClientCAs:     clientCAs,
+		FrontProxy:    frontProxy.TLSCertificate(),
+		APIServerCAs:  apiServerCAs,
+		APIServerName: "kubernetes", // one of the names the serving certificate holds
+	}, nil
 }
 
 // wakeFor wakes the tenant for a connection the wake gateway holds.

@@ -40,9 +40,12 @@ IMAGE := $(IMAGE_REPO):$(VERSION)
 IMAGES_DIR := _output/images
 PAUSE_IMAGE := kubenest.io/pause:3.10
 BUSYBOX_IMAGE := kubenest.io/busybox:1.35
-# The CoreDNS version cmd/nest-dns (a module of its own) is built from.
+# The CoreDNS version cmd/nest-dns (a module of its own) is built from, and nest-dns's own
+# revision on it: raise NEST_DNS_REVISION (and the tag in pkg/controlplane/settings.go and the
+# chart's values) when cmd/nest-dns changes, so that nodes holding the old image take the new.
 COREDNS_VERSION := $(shell grep -o 'github.com/coredns/coredns v[^ ]*' cmd/nest-dns/go.mod | cut -d' ' -f2)
-COREDNS_IMAGE := kubenest.io/coredns:$(COREDNS_VERSION)
+NEST_DNS_REVISION := 2
+COREDNS_IMAGE := kubenest.io/coredns:$(COREDNS_VERSION)-$(NEST_DNS_REVISION)
 # The local cluster's volume provisioner (its default StorageClass), built from its Go module.
 LOCAL_PATH_VERSION := v0.0.30
 LOCAL_PATH_IMAGE := kubenest.io/local-path-provisioner:$(LOCAL_PATH_VERSION)
@@ -191,8 +194,8 @@ up: host-deps build image $(KUBE_BINARIES) $(HELM) $(BIN_DIR)/certmanager ## Bri
 	@echo "'make e2e' runs the end-to-end tests against it; 'make down' removes it all."
 
 .PHONY: redeploy
-redeploy: build $(IMAGES_DIR)/kubenest.tar $(HELM) ## Rebuild the KubeNest image, load it into the running local cluster and roll the chart's pods.
-	go run ./test/e2e/local load --image $(IMAGES_DIR)/kubenest.tar
+redeploy: build $(IMAGES_DIR)/kubenest.tar $(IMAGES_DIR)/coredns.tar $(HELM) ## Rebuild the KubeNest and tenant DNS images, load them into the running local cluster and roll the chart's pods.
+	go run ./test/e2e/local load --image $(IMAGES_DIR)/kubenest.tar --image $(IMAGES_DIR)/coredns.tar
 	@# Helm installs CRDs but never upgrades them.
 	$(KUBECTL) apply --server-side --force-conflicts -f charts/kubenest/crds
 	$(HELM_INSTALL)

@@ -2,7 +2,10 @@ module github.com/kubenest-io/kubenest/cmd/nest-dns
 
 go 1.26.0
 
-require github.com/coredns/coredns v1.15.0
+require (
+	github.com/coredns/coredns v1.15.0
+	k8s.io/client-go v0.37.1
+)
 
 require (
 	github.com/apparentlymart/go-cidr v1.1.1 // indirect
@@ -75,7 +78,6 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/api v0.37.1 // indirect
 	k8s.io/apimachinery v0.37.1 // indirect
-	k8s.io/client-go v0.37.1 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect

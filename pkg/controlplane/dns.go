@@ -54,6 +54,9 @@ func dnsContainer(s Settings, mounts []corev1.VolumeMount) corev1.Container {
 		Image:           s.DNSImage,
 		ImagePullPolicy: s.ImagePullPolicy,
 		Args:            []string{"-conf", PKIDir + "/" + KeyCorefile},
+		// CoreDNS starts once the apiserver in the same pod is ready (cmd/nest-dns): before,
+		// its watches back off and it answers SERVFAIL for names it does not know yet.
+		Env: []corev1.EnvVar{{Name: "NEST_DNS_WAIT_FOR_APISERVER", Value: PKIDir + "/" + KeyDNSKubeconfig}},
 		Ports: []corev1.ContainerPort{
 			{Name: "dns", ContainerPort: DNSPort, Protocol: corev1.ProtocolUDP},
 			{Name: "dns-tcp", ContainerPort: DNSPort, Protocol: corev1.ProtocolTCP},

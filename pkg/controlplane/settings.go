@@ -44,7 +44,7 @@ type Settings struct {
 func DefaultSettings() Settings {
 	return Settings{
 		Image:             "kubenest.io/kubenest:dev",
-		DNSImage:          "kubenest.io/coredns:v1.15.0",
+		DNSImage:          "kubenest.io/coredns:v1.15.0-2",
 		ImagePullPolicy:   corev1.PullIfNotPresent,
 		HostClusterDomain: "cluster.local",
 		ServiceCIDR:       "10.254.0.0/16",

@@ -84,7 +84,7 @@ try web || exit 1
 try %s || exit 1
 look web-headless.default.svc.cluster.local || exit 1
 look kubernetes.default.svc.cluster.local || exit 1
-try kubernetes.default.svc.cluster.local 443 || exit 1
+try kubernetes.default.svc.cluster.local 443 "" || exit 1
 echo reached the tenant apiserver at kubernetes.default.svc`, web.Spec.ClusterIP)
 	check := func(t *testing.T, node string) {
 		out, ok := runTenantPod(t, ctx, tenant, "client-"+strings.ReplaceAll(node, ".", "-"), node, script)
@@ -255,9 +255,11 @@ func createService(t *testing.T, ctx context.Context, tenant kubernetes.Interfac
 	return created
 }
 
-// shellTry defines try HOST [PORT] (a connection, port 80 unless given) and look (a DNS lookup), each
-// tried a few times: a Service just made reaches CoreDNS and kube-proxy within moments, not at once.
-const shellTry = `try() { for i in 1 2 3 4 5; do echo | nc -w 5 "$1" "${2:-80}" && return 0; sleep 1; done; return 1; }
+// shellTry defines try HOST [PORT [ANSWER]] (a connection, port 80 unless given, that answers
+// with ANSWER, "hi from" unless given) and look (a DNS lookup), each tried a few times: a Service
+// just made reaches CoreDNS and kube-proxy within moments, not at once, and a web pod serves one
+// connection at a time (one that comes between two may be accepted and closed unanswered).
+const shellTry = `try() { for i in 1 2 3 4 5; do out=$(echo | nc -w 5 "$1" "${2:-80}") && case "$out" in *"${3-hi from}"*) echo "$out"; return 0;; esac; sleep 1; done; return 1; }
 look() { for i in 1 2 3 4 5; do nslookup "$1" && return 0; sleep 1; done; return 1; }`
 
 // runTenantPod runs a busybox pod in the tenant on node, waits for it to finish and returns

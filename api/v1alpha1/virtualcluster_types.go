@@ -42,6 +42,7 @@ type VirtualCluster struct {
 // +kubebuilder:validation:XValidation:rule="has(self.pki) == has(oldSelf.pki) && (!has(self.pki) || self.pki == oldSelf.pki)",message="pki is immutable: the issuer of the tenant's CA is chosen at creation"
 // +kubebuilder:validation:XValidation:rule="!has(self.nodes) || !has(self.nodes.promotions) || self.nodes.promotions.all(p, p.count == 0) || !has(self.controlPlane.exposure) || self.controlPlane.exposure.type != 'ClusterIP'",fieldPath=".controlPlane.exposure.type",message="nodes.promotions need controlPlane.exposure.type NodePort or LoadBalancer: a lent node leaves the host's Service network with the host's kube-proxy, so its kubelet cannot reach a ClusterIP"
 // +kubebuilder:validation:XValidation:rule="!(has(self.sleep) && has(self.sleep.asleep) && self.sleep.asleep && has(self.etcd.storage) && has(self.etcd.storage.ephemeral))",fieldPath=".sleep.asleep",message="sleep.asleep needs etcd.storage.persistentVolumeClaim: an ephemeral etcd would lose the tenant's data when its pod stops"
+// +kubebuilder:validation:XValidation:rule="!(has(self.sleep) && has(self.sleep.afterInactivity) && has(self.etcd.storage) && has(self.etcd.storage.ephemeral))",fieldPath=".sleep.afterInactivity",message="sleep.afterInactivity needs etcd.storage.persistentVolumeClaim: an ephemeral etcd would lose the tenant's data when its pod stops"
 // +kubebuilder:validation:XValidation:rule="has(self.restore) == has(oldSelf.restore) && (!has(self.restore) || self.restore == oldSelf.restore)",fieldPath=".restore",message="restore is fixed at creation: restoring over a running tenant is not supported (its clients and nodes would see their objects go back in time); create a new VirtualCluster from the snapshot"
 type VirtualClusterSpec struct {
 	// controlPlane configures the tenant's kube-apiserver, kube-controller-manager and
@@ -86,9 +87,18 @@ type VirtualClusterSpec struct {
 // kubelets out of touch until the tenant wakes. Awake again, the tenant comes back as it was:
 // the shared node makes the host pods of the tenant's pods again.
 type SleepSpec struct {
-	// asleep: true puts the tenant to sleep; false (or unset) wakes it.
+	// asleep: true puts the tenant to sleep; false (or unset) wakes it. The operator sets it
+	// to false when a request reaches the sleeping tenant's endpoint, and to true once
+	// afterInactivity has passed without a request of a person.
 	// +optional
 	Asleep bool `json:"asleep,omitempty"`
+	// afterInactivity puts the tenant to sleep once this long (at least 1m, such as "30m")
+	// has passed without a request of a person: requests of the tenant's own components
+	// (users named system:*, ServiceAccounts, nodes, KubeNest's components) do not count.
+	// Unset, the tenant sleeps only by hand.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="sleep.afterInactivity must be at least 1m"
+	AfterInactivity *metav1.Duration `json:"afterInactivity,omitempty"`
 }
 
 // PKISpec makes a cert-manager issuer the source of the tenant's cluster CA.

@@ -84,7 +84,8 @@ func newAPIServerCommand() *cobra.Command {
 // upstream's app.Run does, except that the kube-apiserver's OpenAPI documents are built when
 // first asked for (openapi.go), its bootstrap RBAC roles and PriorityClasses are created
 // without upstream's one-second wait (bootstrap.go), its etcd clients share one connection
-// (etcdclients.go), and its admission ends with KubeNest's tenant guard (guard.go).
+// (etcdclients.go), its admission ends with KubeNest's tenant guard (guard.go), and it records when people
+// last used it (activity.go).
 func runAPIServer(ctx context.Context, opts options.CompletedOptions, guard guardOptions) error {
 	klog.Infof("Version: %+v", utilversion.Get())
 	klog.InfoS("Golang settings", "GOGC", os.Getenv("GOGC"), "GOMAXPROCS", os.Getenv("GOMAXPROCS"), "GOMEMLIMIT", os.Getenv("GOMEMLIMIT"))
@@ -98,6 +99,7 @@ func runAPIServer(ctx context.Context, opts options.CompletedOptions, guard guar
 	if err := guard.install(config, opts); err != nil {
 		return err
 	}
+	recorder := recordActivity(config)
 	completed, err := config.Complete()
 	if err != nil {
 		return err
@@ -119,6 +121,7 @@ func runAPIServer(ctx context.Context, opts options.CompletedOptions, guard guar
 	installLazyOpenAPIV2(kube, generic.OpenAPIConfig)
 	installLazyOpenAPIV3(kube, generic.OpenAPIV3Config)
 	addBootstrapHooks(server.GenericAPIServer) // the outermost server runs the hooks of the chain, copied when it was built
+	addActivityHook(server.GenericAPIServer, recorder)
 	prepared, err := server.PrepareRun()
 	if err != nil {
 		return err

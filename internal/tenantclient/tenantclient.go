@@ -38,7 +38,7 @@ const certValidity = 24 * time.Hour
 
 // User is who the operator is in every tenant: a member of system:masters, as the admin
 // kubeconfig's user is.
-const User = "kubenest-operator"
+const User = "kubenest-operator" // one of activity.ComponentUsers
 
 // ErrNotReached says the operator has not yet loaded the tenant's authorities since it started:
 // the VirtualCluster reconciler does that on its next pass.

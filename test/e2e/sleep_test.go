@@ -182,6 +182,35 @@ func TestSleepWake(t *testing.T) {
 		}
 		waitTenantPodsRunning(t, ctx, tenant, 2)
 	})
+
+	t.Run("idle for spec.sleep.afterInactivity, it sleeps; its own components and pods do not keep it awake", func(t *testing.T) {
+		const after = time.Minute
+		patch := fmt.Sprintf(`{"spec":{"sleep":{"afterInactivity":%q}}}`, after)
+		if err := host.Patch(ctx, &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vc.Name}},
+			client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			t.Fatal(err)
+		}
+		// A person's last request; then only the tenant's controllers, scheduler, DNS, the
+		// shared node and its running pods are at work.
+		kubectl(t, "--kubeconfig", kubeconfig, "get", "configmap", "keep")
+		last := time.Now()
+		got := waitVC(t, ctx, vc, after+2*time.Minute, func(v *v1alpha1.VirtualCluster) bool {
+			return meta.IsStatusConditionTrue(v.Status.Conditions, v1alpha1.ConditionAsleep)
+		})
+		asleep := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAsleep).LastTransitionTime.Time
+		t.Logf("asleep %s after the last request (spec.sleep.afterInactivity %s)", asleep.Sub(last).Round(time.Second), after)
+		if asleep.Before(last.Add(after - time.Second)) { // the condition's time has seconds only
+			t.Errorf("asleep %s after the last request, before spec.sleep.afterInactivity %s passed", asleep.Sub(last), after)
+		}
+		if !got.Spec.Sleep.Asleep {
+			t.Errorf("asleep by inactivity, but spec.sleep.asleep is not set")
+		}
+		// Woken as ever by its next request.
+		if out := kubectl(t, "--kubeconfig", kubeconfig, "get", "configmap", "keep", "-o", "jsonpath={.data.answer}"); out != "42" {
+			t.Errorf("kubectl get configmap keep after the inactivity sleep: %q, want 42", out)
+		}
+		waitTenantPodsRunning(t, ctx, tenant, 2)
+	})
 }
 
 // setAsleep sets the tenant's spec.sleep.asleep, as a person would with kubectl patch.

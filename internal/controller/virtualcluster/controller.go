@@ -337,6 +337,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	conds.awake()
 
 	var probeErr error
+	var inactiveIn time.Duration
 	if len(readyIPs) > 0 {
 		version, tenant, err := r.checkTenant(ctx, vc, pki)
 		if err == nil {
@@ -352,6 +353,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 				conds.Set(v1alpha1.ConditionAPIServerReady, false, ReasonSetupFailed,
 					"the tenant's apiserver answers, but applying its built-in objects (RBAC, cluster DNS, kube-proxy) failed; retrying")
 				return reconcile.Result{}, fmt.Errorf("setting up the tenant: %w", err)
+			}
+			if inactiveIn, err = r.sleepIfInactive(ctx, vc, tenant, conds.Now); err != nil {
+				return reconcile.Result{}, err
 			}
 		}
 	}
@@ -370,6 +374,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	if conds.IsTrue(v1alpha1.ConditionAPIServerReady) && conds.IsTrue(v1alpha1.ConditionKubeconfigReady) &&
 		conds.IsTrue(v1alpha1.ConditionEtcdReady) && result.RequeueAfter == 0 {
 		result.RequeueAfter = min(healthCheckInterval, max(time.Second, pki.leaves.EarliestRenewal().Sub(conds.Now)))
+	}
+	if inactiveIn > 0 && (result.RequeueAfter == 0 || inactiveIn < result.RequeueAfter) {
+		result.RequeueAfter = inactiveIn
 	}
 	return result, nil
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubectl/pkg/util/podutils"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +25,7 @@ import (
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/internal/wakegate"
+	"github.com/kubenest-io/kubenest/pkg/activity"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
@@ -232,6 +234,44 @@ func (r *Reconciler) apiServerBackend(ctx context.Context, key types.NamespacedN
 		}
 	}
 	return "", false
+}
+
+// sleepIfInactive puts the tenant to sleep once spec.sleep.afterInactivity has passed without
+// a request of a person (package activity: the tenant's apiservers record the last one in a
+// Lease), counted from the latest of that request, the tenant's creation and its last wake.
+// Until then it returns how long is left. The Lease is read only when the time would be up.
+func (r *Reconciler) sleepIfInactive(ctx context.Context, vc *v1alpha1.VirtualCluster, tenant kubernetes.Interface, now time.Time) (time.Duration, error) {
+	if vc.Spec.Sleep.AfterInactivity == nil || vc.Spec.Sleep.Asleep {
+		return 0, nil
+	}
+	after := vc.Spec.Sleep.AfterInactivity.Duration
+	since := vc.CreationTimestamp.Time
+	if w := wokeAt(vc); w.After(since) {
+		since = w
+	}
+	if left := since.Add(after).Sub(now); left > 0 {
+		return left, nil
+	}
+	last, err := activity.Read(ctx, tenant)
+	if err != nil {
+		return 0, fmt.Errorf("reading the tenant's last activity (Lease %s/%s): %w", activity.LeaseNamespace, activity.LeaseName, err)
+	}
+	if last.After(since) {
+		since = last
+	}
+	if left := since.Add(after).Sub(now); left > 0 {
+		return left, nil
+	}
+	patch := client.MergeFrom(vc.DeepCopy())
+	vc.Spec.Sleep.Asleep = true
+	if err := r.Client.Patch(ctx, vc, patch); err != nil {
+		return 0, fmt.Errorf("setting spec.sleep.asleep after %s of inactivity: %w", after, err)
+	}
+	idle := now.Sub(since).Round(time.Second)
+	ctrl.LoggerFrom(ctx).Info("no request of a person for spec.sleep.afterInactivity: the tenant sleeps", "afterInactivity", after, "idleFor", idle)
+	r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "Inactive", "Sleep",
+		"no request of a person for %s (spec.sleep.afterInactivity %s): the tenant sleeps until its next request", idle, after)
+	return 0, nil
 }
 
 // hasLentNodes: nodes are lent to the tenant, or asked for.

@@ -324,6 +324,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.SleepSpec
   map:
     fields:
+    - name: afterInactivity
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
     - name: asleep
       type:
         scalar: boolean
@@ -576,6 +579,8 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.ConditionStatus
+  scalar: string
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
   scalar: string
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1
   map:

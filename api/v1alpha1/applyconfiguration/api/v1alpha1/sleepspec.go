@@ -2,6 +2,10 @@
 
 package v1alpha1
 
+import (
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
 // SleepSpecApplyConfiguration represents a declarative configuration of the SleepSpec type for use
 // with apply.
 //
@@ -11,8 +15,15 @@ package v1alpha1
 // kubelets out of touch until the tenant wakes. Awake again, the tenant comes back as it was:
 // the shared node makes the host pods of the tenant's pods again.
 type SleepSpecApplyConfiguration struct {
-	// asleep: true puts the tenant to sleep; false (or unset) wakes it.
+	// asleep: true puts the tenant to sleep; false (or unset) wakes it. The operator sets it
+	// to false when a request reaches the sleeping tenant's endpoint, and to true once
+	// afterInactivity has passed without a request of a person.
 	Asleep *bool `json:"asleep,omitempty"`
+	// afterInactivity puts the tenant to sleep once this long (at least 1m, such as "30m")
+	// has passed without a request of a person: requests of the tenant's own components
+	// (users named system:*, ServiceAccounts, nodes, KubeNest's components) do not count.
+	// Unset, the tenant sleeps only by hand.
+	AfterInactivity *v1.Duration `json:"afterInactivity,omitempty"`
 }
 
 // SleepSpecApplyConfiguration constructs a declarative configuration of the SleepSpec type for use with
@@ -26,5 +37,13 @@ func SleepSpec() *SleepSpecApplyConfiguration {
 // If called multiple times, the Asleep field is set to the value of the last call.
 func (b *SleepSpecApplyConfiguration) WithAsleep(value bool) *SleepSpecApplyConfiguration {
 	b.Asleep = &value
+	return b
+}
+
+// WithAfterInactivity sets the AfterInactivity field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the AfterInactivity field is set to the value of the last call.
+func (b *SleepSpecApplyConfiguration) WithAfterInactivity(value v1.Duration) *SleepSpecApplyConfiguration {
+	b.AfterInactivity = &value
 	return b
 }

@@ -15,6 +15,12 @@
 //     Authorization header, or takes it as anonymous.
 //
 // Every X-Remote-* header a client sends is dropped: only the gateway names users.
+//
+// Only a request of a person wakes the tenant (package activity says who is not): one with a
+// client certificate the tenant trusts that names no component of the tenant, or with a
+// bearer token that is not a ServiceAccount's or a bootstrap token. The kubelets of its lent
+// nodes, its pods' ServiceAccounts, anonymous clients and certificates of other CAs get 503
+// with Retry-After while it sleeps, and wait with the others while it wakes.
 package wakegate
 
 import (
@@ -22,6 +28,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +38,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,7 +46,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	authuser "k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/klog/v2"
+
+	"github.com/kubenest-io/kubenest/pkg/activity"
 )
 
 // maxHeld bounds the requests held for one tenant at a time; more are answered 503 with
@@ -103,7 +114,9 @@ type listener struct {
 	creds   atomic.Pointer[transports]
 	// backend is the apiserver requests went to last; empty until the tenant answered.
 	backend atomic.Pointer[string]
-	held    chan struct{}
+	// woken is set once a request woke the tenant: from then on every request waits for it.
+	woken atomic.Bool
+	held  chan struct{}
 }
 
 // transports are a tenant's credentials and the connections made with them: asUser carries
@@ -146,6 +159,7 @@ func (g *Gateway) Hold(tenant types.NamespacedName) (int32, error) {
 			l.closing.Stop()
 			l.closing = nil
 			l.backend.Store(nil)
+			l.woken.Store(false)
 		}
 		return int32(l.Addr().(*net.TCPAddr).Port), nil
 	}
@@ -252,10 +266,16 @@ func (g *Gateway) Release(tenant types.NamespacedName) {
 func (g *Gateway) handler(tenant types.NamespacedName, l *listener, logger klog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		t := l.creds.Load() // set: the handshake needed it
+		user := clientUser(req, t.ClientCAs)
 		addr := ""
 		if a := l.backend.Load(); a != nil {
 			addr = *a
 		} else {
+			person := fromPerson(req, user)
+			if !person && !l.woken.Load() {
+				unavailable(w, "the tenant sleeps; a request of a person wakes it, not one of its own components or an anonymous one")
+				return
+			}
 			select {
 			case l.held <- struct{}{}:
 				defer func() { <-l.held }()
@@ -264,13 +284,12 @@ func (g *Gateway) handler(tenant types.NamespacedName, l *listener, logger klog.
 				return
 			}
 			var err error
-			if addr, err = g.wakeAndWait(req.Context(), tenant, l, req.RemoteAddr); err != nil {
+			if addr, err = g.wakeAndWait(req.Context(), tenant, l, req.RemoteAddr, person); err != nil {
 				logger.Info("a request for the sleeping tenant was not served", "from", req.RemoteAddr, "reason", err.Error())
 				unavailable(w, err.Error())
 				return
 			}
 		}
-		user := clientUser(req, t.ClientCAs)
 		transport := t.asItself
 		if user != nil {
 			transport = t.asUser
@@ -305,16 +324,18 @@ func (g *Gateway) handler(tenant types.NamespacedName, l *listener, logger klog.
 	})
 }
 
-// wakeAndWait wakes the tenant, unless its port is released (the tenant is awake, or was put
-// to sleep again after this request's client connected), and waits for a Ready apiserver.
-func (g *Gateway) wakeAndWait(ctx context.Context, tenant types.NamespacedName, l *listener, from string) (string, error) {
+// wakeAndWait wakes the tenant for a request of a person, unless its port is released (the
+// tenant is awake, or was put to sleep again after this request's client connected), and
+// waits for a Ready apiserver.
+func (g *Gateway) wakeAndWait(ctx context.Context, tenant types.NamespacedName, l *listener, from string, person bool) (string, error) {
 	g.mu.Lock()
-	wake := l.closing == nil
+	wake := person && l.closing == nil
 	g.mu.Unlock()
 	if wake {
 		if err := g.Wake(ctx, tenant, from); err != nil {
 			return "", fmt.Errorf("waking the tenant failed: %w", err)
 		}
+		l.woken.Store(true)
 	}
 	start := time.Now()
 	wait, cancel := context.WithTimeout(ctx, g.Timeout)
@@ -352,6 +373,36 @@ func clientUser(req *http.Request, roots *x509.CertPool) *x509.Certificate {
 	}
 	return certs[0]
 }
+
+// fromPerson says whether a request may wake the tenant: its client certificate (user, if
+// the tenant trusts it) names no component of the tenant, or, without one, its bearer token is
+// neither a ServiceAccount's nor a bootstrap token. Tokens are not verified here (the
+// apiserver does that): a forged one can only make the gateway not wake the tenant, or wake it
+// for a request the apiserver then refuses, as a request with a forged token does awake.
+func fromPerson(req *http.Request, user *x509.Certificate) bool {
+	if user != nil {
+		return !activity.Component(&authuser.DefaultInfo{Name: user.Subject.CommonName, Groups: user.Subject.Organization})
+	}
+	token, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" || bootstrapToken.MatchString(token) {
+		return false // anonymous, a certificate of another CA, or a joining node
+	}
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return true
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return true
+	}
+	var claims struct {
+		Subject string `json:"sub"`
+	}
+	return json.Unmarshal(payload, &claims) != nil || !strings.HasPrefix(claims.Subject, "system:serviceaccount:")
+}
+
+// bootstrapToken is the form of a bootstrap token (kubeadm's), which joining nodes use.
+var bootstrapToken = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
 
 // unavailable answers 503 as the apiserver does, with a Retry-After that client-go honours.
 func unavailable(w http.ResponseWriter, message string) {

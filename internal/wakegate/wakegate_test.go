@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -26,6 +27,7 @@ type tenantPKI struct {
 	creds           *Credentials
 	frontProxyCAs   *x509.CertPool
 	admin, stranger tls.Certificate
+	node            tls.Certificate
 	serving         tls.Certificate
 	clientRoots     *x509.CertPool
 }
@@ -47,6 +49,7 @@ func newTenantPKI(t *testing.T) *tenantPKI {
 		IPs: []net.IP{net.ParseIP("127.0.0.1")}, Usage: pki.UsageServer}, now))
 	fp := must(fpCA.Issue(pki.CertSpec{CommonName: "front-proxy-client", Usage: pki.UsageClient}, now))
 	admin := must(ca.Issue(pki.CertSpec{CommonName: "kubernetes-admin", Organization: []string{"system:masters"}, Usage: pki.UsageClient}, now))
+	node := must(ca.Issue(pki.CertSpec{CommonName: "system:node:worker-1", Organization: []string{"system:nodes"}, Usage: pki.UsageClient}, now))
 	stranger := must(otherCA.Issue(pki.CertSpec{CommonName: "kubernetes-admin", Organization: []string{"system:masters"}, Usage: pki.UsageClient}, now))
 	pool := func(c *x509.Certificate) *x509.CertPool {
 		p := x509.NewCertPool()
@@ -57,7 +60,7 @@ func newTenantPKI(t *testing.T) *tenantPKI {
 		creds: &Credentials{Serving: serving.TLSCertificate(), ClientCAs: pool(ca.Cert), FrontProxy: fp.TLSCertificate(),
 			APIServerCAs: pool(ca.Cert), APIServerName: "kubernetes"},
 		frontProxyCAs: pool(fpCA.Cert), clientRoots: pool(ca.Cert),
-		admin: admin.TLSCertificate(), stranger: stranger.TLSCertificate(), serving: serving.TLSCertificate(),
+		admin: admin.TLSCertificate(), stranger: stranger.TLSCertificate(), node: node.TLSCertificate(), serving: serving.TLSCertificate(),
 	}
 }
 
@@ -240,5 +243,71 @@ func TestGiveUp(t *testing.T) {
 	}
 	if n := wakes.Load(); n != 1 {
 		t.Errorf("%d wakes, want 1 (the request)", n)
+	}
+}
+
+// jwt is an unsigned token with subject sub: the gateway reads, never verifies, its claims.
+func jwt(sub string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc([]byte(`{"alg":"RS256"}`)) + "." + enc([]byte(`{"iss":"https://kubernetes.default.svc.cluster.local","sub":"`+sub+`"}`)) + ".c2ln"
+}
+
+// TestOnlyPeopleWake: the tenant's own components (a lent node's kubelet, ServiceAccounts, a
+// joining node's bootstrap token), anonymous clients and other CAs' certificates are told to
+// come back (503, Retry-After) without waking a sleeping tenant; a person's token wakes it.
+func TestOnlyPeopleWake(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := newTenantPKI(t)
+	backend := p.apiserver(t)
+	var wakes atomic.Int32
+	tenant := types.NamespacedName{Namespace: "tenants", Name: "lent"}
+	g := &Gateway{
+		Address: "127.0.0.1",
+		Timeout: 10 * time.Second,
+		Wake: func(context.Context, types.NamespacedName, string) error {
+			wakes.Add(1)
+			return nil
+		},
+		Backend: func(context.Context, types.NamespacedName) (string, bool) {
+			return backend.Listener.Addr().String(), wakes.Load() > 0
+		},
+	}
+	g.Start(ctx)
+	port, err := g.Hold(tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetCredentials(tenant, p.creds)
+	url := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))) + "/api"
+	for _, c := range []struct {
+		who    string
+		client *http.Client
+		token  string
+	}{
+		{"a lent node's kubelet", p.client(p.node), ""},
+		{"a ServiceAccount", p.client(), jwt("system:serviceaccount:default:robot")},
+		{"a joining node's bootstrap token", p.client(), "abcdef.0123456789abcdef"},
+		{"an anonymous client", p.client(), ""},
+		{"another CA's admin", p.client(p.stranger), ""},
+	} {
+		header := map[string]string{}
+		if c.token != "" {
+			header["Authorization"] = "Bearer " + c.token
+		}
+		if code, body := get(t, c.client, url, header); code != http.StatusServiceUnavailable || !strings.Contains(body, "a request of a person wakes it") {
+			t.Errorf("%s asking the sleeping tenant: %d %q, want 503 saying a person's request wakes it", c.who, code, body)
+		}
+	}
+	if n := wakes.Load(); n != 0 {
+		t.Fatalf("%d wakes by requests of no person", n)
+	}
+	code, body := get(t, p.client(), url, map[string]string{"Authorization": "Bearer " + jwt("alice@example.com")})
+	if code != http.StatusOK || !strings.HasPrefix(body, "token=") || wakes.Load() != 1 {
+		t.Errorf("a person's token: %d %q after %d wakes; want it to wake the tenant and be answered", code, body, wakes.Load())
+	}
+	// Once woken, the tenant's components are served too.
+	if code, body := get(t, p.client(p.node), url, nil); code != http.StatusOK || body != "user=system:node:worker-1 groups=system:nodes from 127.0.0.1" {
+		t.Errorf("the lent node's kubelet once the tenant is up: %d %q", code, body)
 	}
 }

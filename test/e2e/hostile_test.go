@@ -463,11 +463,12 @@ func TestHostileTenant(t *testing.T) {
 
 	t.Run("a sleeping tenant's wake gateway, reached from another tenant", func(t *testing.T) {
 		// The attacker can reach the victim's endpoint, asleep as awake. Plain HTTP from its
-		// pod wakes nothing. A TLS request wakes the victim (the cost of a reachable
-		// endpoint), but the gateway, which ends TLS with the victim's serving certificate,
-		// passes it on as what it is: the attacker's client certificate is not one the victim
-		// trusts, and the X-Remote-* headers it forges to name itself the victim's admin are
-		// dropped, so the victim's apiserver takes it as anonymous.
+		// pod wakes nothing. Its own admin certificate, which the victim does not trust, with
+		// X-Remote-* headers forged to name itself the victim's admin, wakes nothing either:
+		// to the gateway (which ends TLS with the victim's serving certificate) that is an
+		// anonymous request. A made-up bearer token wakes the victim (tokens are its
+		// apiserver's to check: the cost of a reachable endpoint), and the victim's apiserver
+		// refuses it.
 		sleepAndWait(t, ctx, victim)
 		u, err := url.Parse(victim.Status.Endpoint)
 		if err != nil {
@@ -478,31 +479,44 @@ func TestHostileTenant(t *testing.T) {
 		if !strings.Contains(logs, "Client sent an HTTP request to an HTTPS server") || strings.Contains(logs, "SecretList") {
 			t.Errorf("the attacker's plain HTTP request to the victim's wake gateway answered %q; want only the refusal of plain HTTP", logs)
 		}
+
+		attack := func(token string) error {
+			cfg, err := clientcmd.BuildConfigFromFlags("", attackerKC)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Host = victim.Status.Endpoint
+			cfg.TLSClientConfig.CAData, cfg.TLSClientConfig.CAFile, cfg.TLSClientConfig.Insecure = nil, "", true
+			cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+				return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+					req.Header.Set("X-Remote-User", "kubernetes-admin")
+					req.Header.Set("X-Remote-Group", "system:masters")
+					if token != "" {
+						req.Header.Set("Authorization", "Bearer "+token)
+					}
+					return rt.RoundTrip(req)
+				})
+			}
+			_, err = kubernetes.NewForConfigOrDie(cfg).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
+			return err
+		}
+		err = attack("")
+		t.Logf("the attacker's certificate and forged X-Remote-* headers at the sleeping victim: %v", err)
+		if !apierrors.IsServiceUnavailable(err) {
+			t.Errorf("the attacker's certificate and forged X-Remote-* headers at the sleeping victim: %v; want 503 (a person's request wakes it)", err)
+		}
 		if err := host.Get(ctx, client.ObjectKeyFromObject(victim), victim); err != nil {
 			t.Fatal(err)
 		}
 		if !victim.Spec.Sleep.Asleep {
-			t.Errorf("a plain HTTP request woke the victim")
+			t.Errorf("plain HTTP or another CA's certificate woke the victim")
 		}
 
-		cfg, err := clientcmd.BuildConfigFromFlags("", attackerKC)
-		if err != nil {
-			t.Fatal(err)
+		err = attack("made-up")
+		t.Logf("a made-up token with forged X-Remote-* headers through the wake gateway: %v", err)
+		if !apierrors.IsUnauthorized(err) {
+			t.Errorf("a made-up token with forged X-Remote-* headers through the victim's wake gateway: %v; want the victim's apiserver to refuse it (401)", err)
 		}
-		cfg.Host = victim.Status.Endpoint
-		cfg.TLSClientConfig.CAData, cfg.TLSClientConfig.CAFile, cfg.TLSClientConfig.Insecure = nil, "", true
-		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-			return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-				req.Header.Set("X-Remote-User", "kubernetes-admin")
-				req.Header.Set("X-Remote-Group", "system:masters")
-				return rt.RoundTrip(req)
-			})
-		}
-		_, err = kubernetes.NewForConfigOrDie(cfg).CoreV1().Secrets("kube-system").List(ctx, metav1.ListOptions{})
-		if !apierrors.IsUnauthorized(err) && !(apierrors.IsForbidden(err) && strings.Contains(err.Error(), `"system:anonymous"`)) {
-			t.Errorf("the attacker's admin certificate and forged X-Remote-* headers through the victim's wake gateway: %v; want the victim's apiserver to take it as anonymous", err)
-		}
-		t.Logf("the attacker's request through the wake gateway: %v", err)
 		got := waitReady(t, ctx, victim)
 		if got.Spec.Sleep.Asleep {
 			t.Errorf("the victim answered but spec.sleep.asleep is still true")

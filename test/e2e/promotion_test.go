@@ -111,7 +111,7 @@ func TestNodePromotion(t *testing.T) {
 		}
 	})
 
-	t.Run("asleep, the tenant keeps its lent node, whose pod runs on; awake, the node is Ready in it again", func(t *testing.T) {
+	t.Run("asleep, the tenant keeps its lent node, whose pod runs on; a request wakes it, and the node is Ready in it again", func(t *testing.T) {
 		before, err := tenant.CoreV1().Pods("default").Get(ctx, "pinned", metav1.GetOptions{})
 		if err != nil || len(before.Status.ContainerStatuses) != 1 || before.Status.ContainerStatuses[0].State.Running == nil {
 			t.Fatalf("pod pinned before the sleep: %v %+v", err, before)
@@ -120,7 +120,7 @@ func TestNodePromotion(t *testing.T) {
 		if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionNodesReady); c == nil || c.Reason != "Asleep" {
 			t.Errorf("NodesReady while asleep: %+v, want reason Asleep", c)
 		}
-		// The lent node's kubelet keeps asking the tenant's endpoint: that must not wake it.
+		// The lent node's kubelet keeps asking the tenant's endpoint: that does not wake it.
 		time.Sleep(10 * time.Second)
 		got = &v1alpha1.VirtualCluster{}
 		if err := host.Get(ctx, client.ObjectKeyFromObject(first), got); err != nil {
@@ -134,7 +134,12 @@ func TestNodePromotion(t *testing.T) {
 			t.Errorf("PoolNode while its tenant sleeps: tenant %+v, phase %s; want lent to %s, InTenant", pn.Spec.Tenant, pn.Status.Phase, first.Name)
 		}
 
-		setAsleep(t, ctx, first, false)
+		// A person's request does, and is answered.
+		start := time.Now()
+		if _, err := tenant.CoreV1().Pods("default").Get(ctx, "pinned", metav1.GetOptions{}); err != nil {
+			t.Fatalf("the first request to the sleeping tenant: %v", err)
+		}
+		t.Logf("the first request to the sleeping tenant with a lent node answered in %s", time.Since(start).Round(100*time.Millisecond))
 		waitReady(t, ctx, first)
 		waitTenantNodeReady(t, ctx, tenant, lendableNode)
 		after, err := tenant.CoreV1().Pods("default").Get(ctx, "pinned", metav1.GetOptions{})

@@ -92,12 +92,9 @@ func (r *Reconciler) reconcileAsleep(ctx context.Context, vc *v1alpha1.VirtualCl
 				running, controlPlanePods, sharedPods))
 		return reconcile.Result{}, nil // the pods' deletion is watched
 	}
-	msg := "no process of the tenant runs in the host; its first request wakes it, as does spec.sleep.asleep: false"
-	if r.Wake == nil || hasLentNodes(vc) {
+	msg := "no process of the tenant runs in the host; its first request of a person wakes it, as does spec.sleep.asleep: false"
+	if r.Wake == nil {
 		msg = "no process of the tenant runs in the host; spec.sleep.asleep: false wakes it"
-		if r.Wake != nil {
-			msg += " (a request does not: the kubelets of its lent nodes would wake it at once)"
-		}
 	}
 	conds.Set(v1alpha1.ConditionAsleep, true, ReasonAsleep, msg)
 	return reconcile.Result{RequeueAfter: max(time.Second, p.leaves.EarliestRenewal().Sub(conds.Now))}, nil
@@ -109,11 +106,9 @@ const wakeHoldWindow = 2 * time.Minute
 
 // gatewayHolds says whether the wake gateway answers for the tenant, and on which port: while
 // it sleeps, and while it wakes, until one of its apiservers is Ready. A gateway that cannot
-// listen leaves the Service as it is (logged): the tenant is then woken by hand only, as is a
-// tenant with lent nodes (their kubelets ask its apiserver all the time, and would wake it at
-// once).
+// listen leaves the Service as it is (logged): the tenant is then woken by hand only.
 func (r *Reconciler) gatewayHolds(ctx context.Context, vc *v1alpha1.VirtualCluster, asleep bool) (int32, error) {
-	if r.Wake == nil || hasLentNodes(vc) {
+	if r.Wake == nil {
 		return 0, nil
 	}
 	if !asleep {
@@ -272,17 +267,4 @@ func (r *Reconciler) sleepIfInactive(ctx context.Context, vc *v1alpha1.VirtualCl
 	r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "Inactive", "Sleep",
 		"no request of a person for %s (spec.sleep.afterInactivity %s): the tenant sleeps until its next request", idle, after)
 	return 0, nil
-}
-
-// hasLentNodes: nodes are lent to the tenant, or asked for.
-func hasLentNodes(vc *v1alpha1.VirtualCluster) bool {
-	if len(vc.Status.Nodes) > 0 {
-		return true
-	}
-	for _, p := range vc.Spec.Nodes.Promotions {
-		if p.Count > 0 {
-			return true
-		}
-	}
-	return false
 }

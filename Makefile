@@ -216,20 +216,20 @@ e2e: previous-release $(HELM) ## End-to-end tests against the local cluster ('ma
 
 # The previous release, which TestOperatorUpgrade upgrades from: the last commit that landed
 # before this one's work began. Its tree is exported (git archive) into _output/previous and its
-# KubeNest image built there and loaded into the local cluster under its own tag.
+# KubeNest and tenant DNS images built there and loaded into the local cluster under their own tags.
 PREVIOUS_RELEASE := 080f91eafdbe1bbfba96b0a91c83206a0e30c1d6
 PREVIOUS_DIR := _output/previous
 PREVIOUS_VERSION := release-$(shell echo $(PREVIOUS_RELEASE) | cut -c1-12)
 
 .PHONY: previous-release
-previous-release: ## Build the previous release's KubeNest image and load it into the local cluster (for TestOperatorUpgrade).
+previous-release: ## Build the previous release's KubeNest and tenant DNS images and load them into the local cluster (for TestOperatorUpgrade).
 	@git cat-file -e $(PREVIOUS_RELEASE)^{commit} 2>/dev/null || git fetch --quiet origin $(PREVIOUS_RELEASE) 2>/dev/null || \
 		{ echo "previous release $(PREVIOUS_RELEASE) is not in this clone's history, nor fetched from origin: TestOperatorUpgrade needs it (git fetch --unshallow)"; exit 1; }
 	@if [ "$$(cat $(PREVIOUS_DIR)/.release 2>/dev/null)" != "$(PREVIOUS_RELEASE)" ]; then \
 		rm -rf $(PREVIOUS_DIR) && mkdir -p $(PREVIOUS_DIR) && git archive $(PREVIOUS_RELEASE) | tar -x -C $(PREVIOUS_DIR) && \
 		echo $(PREVIOUS_RELEASE) > $(PREVIOUS_DIR)/.release; fi
-	$(MAKE) --no-print-directory -C $(PREVIOUS_DIR) VERSION=$(PREVIOUS_VERSION) _output/images/kubenest.tar
-	go run ./test/e2e/local load --image $(PREVIOUS_DIR)/_output/images/kubenest.tar
+	$(MAKE) --no-print-directory -C $(PREVIOUS_DIR) VERSION=$(PREVIOUS_VERSION) _output/images/kubenest.tar _output/images/coredns.tar
+	go run ./test/e2e/local load --image $(PREVIOUS_DIR)/_output/images/kubenest.tar --image $(PREVIOUS_DIR)/_output/images/coredns.tar
 
 .PHONY: bench
 BENCH ?= all

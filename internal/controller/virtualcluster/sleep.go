@@ -192,7 +192,7 @@ func gatewayCredentials(p *tenantPKI) (*wakegate.Credentials, error) {
 	}, nil
 }
 
-// wakeFor wakes the tenant for a connection the wake gateway holds.
+// wakeFor wakes the tenant for a request of a person the wake gateway holds.
 func (r *Reconciler) wakeFor(ctx context.Context, key types.NamespacedName, from string) error {
 	vc := &v1alpha1.VirtualCluster{}
 	if err := r.Client.Get(ctx, key, vc); err != nil {

@@ -7,9 +7,17 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 )
@@ -39,6 +47,9 @@ type densityOptions struct {
 	limit        int
 	timeout      time.Duration
 	minAvailable int
+	// asleep: the first this many tenants are put to sleep once Ready.
+	asleep int
+	idle   time.Duration
 }
 
 func parseDensity(args []string) densityOptions {
@@ -46,8 +57,14 @@ func parseDensity(args []string) densityOptions {
 	limit := fs.Int("cap", 8, "at most this many tenants")
 	timeout := fs.Duration("timeout", 3*time.Minute, "a tenant not Ready within this long ends the run")
 	minAvailable := fs.Int("min-available-mib", 2048, "the run ends when the host has less memory available than this")
+	asleep := fs.Int("asleep", 0, "put the first N tenants to sleep once Ready (each before the next is made); then, after --idle, report the operator's cost per tenant, the awake tenants' idle CPU, the host API's latency and one sleeping tenant's wake")
+	idle := fs.Duration("idle", 30*time.Second, "with --asleep: how long the tenants are left before they, the operator and the host are measured")
 	_ = fs.Parse(args)
-	return densityOptions{limit: *limit, timeout: *timeout, minAvailable: *minAvailable}
+	if *asleep < 0 || *asleep > *limit {
+		fmt.Fprintf(os.Stderr, "density: --asleep=%d must be between 0 and --cap (%d)\n", *asleep, *limit)
+		os.Exit(2)
+	}
+	return densityOptions{limit: *limit, timeout: *timeout, minAvailable: *minAvailable, asleep: *asleep, idle: *idle}
 }
 
 func runDensity(ctx context.Context, e *env, ns string, opts densityOptions) (densityResult, error) {
@@ -56,6 +73,12 @@ func runDensity(ctx context.Context, e *env, ns string, opts densityOptions) (de
 		return densityResult{}, err
 	}
 	res := densityResult{before: before}
+	var operatorBefore usage
+	if opts.asleep > 0 {
+		if operatorBefore, err = operatorUsage(ctx, e); err != nil {
+			return res, err
+		}
+	}
 	var first, last time.Duration
 	stop := fmt.Sprintf("the cap (%d)", opts.limit)
 	for i := range opts.limit {
@@ -83,6 +106,11 @@ func runDensity(ctx context.Context, e *env, ns string, opts densityOptions) (de
 		last = d
 		res.tenants = append(res.tenants, vc)
 		fmt.Printf("  %d tenants Ready (the last in %.1fs); host memory available %d MiB\n", i+1, d.Seconds(), m.available/mib)
+		if i < opts.asleep {
+			if err := putToSleep(ctx, e, vc, opts.timeout); err != nil {
+				return res, err
+			}
+		}
 	}
 	after, err := hostMemory()
 	if err != nil {
@@ -107,7 +135,125 @@ func runDensity(ctx context.Context, e *env, ns string, opts densityOptions) (de
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
+	if opts.asleep > 0 && n > 0 {
+		more, err := sleepingDensity(ctx, e, res.tenants, min(opts.asleep, n), operatorBefore, opts)
+		res.figures = append(res.figures, more...)
+		if err != nil {
+			return res, err
+		}
+	}
 	return res, nil
+}
+
+// putToSleep sets the tenant's spec.sleep.asleep and waits until nothing of it runs.
+func putToSleep(ctx context.Context, e *env, vc *v1alpha1.VirtualCluster, timeout time.Duration) error {
+	err := e.host.Patch(ctx, &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: vc.Namespace, Name: vc.Name}},
+		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"sleep":{"asleep":true}}}`)))
+	if err != nil {
+		return err
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		got := &v1alpha1.VirtualCluster{}
+		return e.host.Get(ctx, client.ObjectKeyFromObject(vc), got) == nil &&
+			meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionAsleep), nil
+	})
+	if err != nil {
+		return fmt.Errorf("tenant %s not asleep within %s: %w", vc.Name, timeout, err)
+	}
+	return nil
+}
+
+// sleepingDensity measures a host that holds tenants of which the first asleep sleep: after
+// opts.idle, the operator's cost per tenant, the awake ones' idle CPU and memory, the host
+// API's latency, and the time a sleeping one takes to answer its first request.
+func sleepingDensity(ctx context.Context, e *env, tenants []*v1alpha1.VirtualCluster, asleep int, operatorBefore usage, opts densityOptions) ([]Figure, error) {
+	n, awake := len(tenants), len(tenants)-asleep
+	fmt.Printf("%d tenants, %d of them asleep; leaving them for %s...\n", n, asleep, opts.idle)
+	if err := sleep(ctx, opts.idle); err != nil {
+		return nil, err
+	}
+	op, err := operatorUsage(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	var awakeUse usage
+	for _, vc := range tenants[asleep:] {
+		use, err := tenantUsage(ctx, e, vc)
+		if err != nil {
+			return nil, err
+		}
+		for _, u := range use {
+			awakeUse.workingSet += u.workingSet
+			awakeUse.cpu += u.cpu
+		}
+	}
+	mem, err := hostMemory()
+	if err != nil {
+		return nil, err
+	}
+	// The host API as the operator and people use it: LISTs of the VirtualClusters.
+	var lat []time.Duration
+	for range 100 {
+		start := time.Now()
+		if err := e.host.List(ctx, &v1alpha1.VirtualClusterList{}, client.InNamespace(tenants[0].Namespace)); err != nil {
+			return nil, err
+		}
+		lat = append(lat, time.Since(start))
+	}
+	slices.Sort(lat)
+	cfg, err := tenantConfig(ctx, e, tenants[0])
+	if err != nil {
+		return nil, err
+	}
+	woke, err := firstRequest(ctx, cfg, opts.timeout)
+	if err != nil {
+		return nil, fmt.Errorf("waking %s: %w", tenants[0].Name, err)
+	}
+	fmt.Printf("  a sleeping tenant answered its first request in %.1fs\n", woke.Seconds())
+	method := fmt.Sprintf("%d tenants, %d asleep, %d awake and idle, measured after %s", n, asleep, awake, opts.idle)
+	figures := []Figure{
+		{"density: tenants asleep", float64(asleep), "tenants", method},
+		{"density: tenants awake", float64(awake), "tenants", method},
+		{"density: host memory available, tenants asleep", float64(mem.available) / mib, "MiB", method + "; /proc/meminfo MemAvailable"},
+		{"density: operator memory per tenant", (float64(op.workingSet) - float64(operatorBefore.workingSet)) / float64(n) / mib, "MiB",
+			method + "; (the operator pod's working set now - before the first tenant) / tenants, kubelet stats (target 2 MiB)"},
+		{"density: operator CPU per tenant", op.cpu * 1000 / float64(n), "millicores", method + "; the operator pod's CPU now / tenants, kubelet stats (target 1 millicore)"},
+		{"density: host API LIST p99", percentile(lat, 0.99).Seconds() * 1000, "ms", method + "; 100 LISTs of the VirtualClusters of the benchmark's namespace, one after another (target under 1 s)"},
+		{"density: a sleeping tenant's first request→answer", woke.Seconds(), "s", method + "; a LIST of namespaces on a new connection to the first (sleeping) tenant, from the call to its answer (target 3 s)"},
+	}
+	if awake > 0 {
+		figures = append(figures,
+			Figure{"density: idle CPU per awake tenant", awakeUse.cpu * 1000 / float64(awake), "millicores", method + "; the awake tenants' containers, kubelet stats (target 15 millicores)"},
+			Figure{"density: working set per awake tenant", float64(awakeUse.workingSet) / float64(awake) / mib, "MiB", method + "; the same, memory"})
+	}
+	return figures, nil
+}
+
+// operatorUsage is what the operator's pods use (kubelet stats).
+func operatorUsage(ctx context.Context, e *env) (usage, error) {
+	pods := &corev1.PodList{}
+	if err := e.host.List(ctx, pods, client.InNamespace("kubenest-system")); err != nil {
+		return usage{}, err
+	}
+	var ops []corev1.Pod
+	for _, p := range pods.Items {
+		if strings.HasPrefix(p.Name, "kubenest-operator-") && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			ops = append(ops, p)
+		}
+	}
+	if len(ops) == 0 {
+		return usage{}, errors.New("no running kubenest-operator pod in kubenest-system")
+	}
+	use, err := podsUsage(ctx, e, ops)
+	if err != nil {
+		return usage{}, err
+	}
+	var total usage
+	for _, u := range use {
+		total.workingSet += u.workingSet
+		total.cpu += u.cpu
+	}
+	return total, nil
 }
 
 type meminfo struct{ total, available uint64 }

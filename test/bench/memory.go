@@ -147,9 +147,15 @@ func tenantUsage(ctx context.Context, e *env, vc *v1alpha1.VirtualCluster) (map[
 	if err := e.host.List(ctx, pods, client.InNamespace(vc.Namespace), client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}); err != nil {
 		return nil, err
 	}
+	return podsUsage(ctx, e, pods.Items)
+}
+
+// podsUsage is what each container of the running pods uses, by container name, from the
+// kubelet's stats or, where they have none, the container's cgroup.
+func podsUsage(ctx context.Context, e *env, pods []corev1.Pod) (map[string]usage, error) {
 	out := map[string]usage{}
 	summaries := map[string]*statsv1alpha1.Summary{}
-	for _, p := range pods.Items {
+	for _, p := range pods {
 		if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
 			continue
 		}

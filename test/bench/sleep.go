@@ -10,7 +10,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -58,18 +57,8 @@ func sleepWake(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	var asleep, woken []time.Duration // patch→Asleep, first request→answer
 	for i := range *rounds {
 		start := time.Now()
-		err := e.host.Patch(ctx, &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vc.Name}},
-			client.RawPatch(types.MergePatchType, []byte(`{"spec":{"sleep":{"asleep":true}}}`)))
-		if err != nil {
-			return nil, err
-		}
-		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, *timeout, true, func(ctx context.Context) (bool, error) {
-			got := &v1alpha1.VirtualCluster{}
-			return e.host.Get(ctx, client.ObjectKeyFromObject(vc), got) == nil &&
-				meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionAsleep), nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("round %d: not asleep after %s: %w", i+1, *timeout, err)
+		if err := putToSleep(ctx, e, vc, *timeout); err != nil {
+			return nil, fmt.Errorf("round %d: %w", i+1, err)
 		}
 		asleep = append(asleep, time.Since(start))
 		if i == 0 {
@@ -85,20 +74,11 @@ func sleepWake(ctx context.Context, e *env, args []string) ([]Figure, error) {
 			return nil, err
 		}
 
-		// From the client's side: one LIST of namespaces, on a new connection as kubectl's
-		// first request is, which the wake gateway holds while the tenant wakes.
-		start = time.Now()
-		cfg := rest.CopyConfig(tenantCfg)
-		cfg.Dial = (&net.Dialer{}).DialContext // a transport of its own, no pooled connection
-		cfg.Timeout = *timeout
-		tenant, err := kubernetes.NewForConfig(cfg)
+		took, err := firstRequest(ctx, tenantCfg, *timeout)
 		if err != nil {
-			return nil, err
-		}
-		if _, err := tenant.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
 			return nil, fmt.Errorf("round %d: the first request to the sleeping tenant: %w", i+1, err)
 		}
-		woken = append(woken, time.Since(start))
+		woken = append(woken, took)
 		fmt.Printf("  round %d: asleep in %.1fs, its first request answered in %.1fs\n", i+1, asleep[i].Seconds(), woken[i].Seconds())
 		if err := waitAwake(ctx, e, vc, *timeout); err != nil {
 			return nil, fmt.Errorf("round %d: %w", i+1, err)
@@ -114,6 +94,23 @@ func sleepWake(ctx context.Context, e *env, args []string) ([]Figure, error) {
 		{"sleep: working set freed", float64(used.workingSet) / mib, "MiB", fmt.Sprintf("what the awake tenant's containers used after %s idle (kubelet stats), all of it freed asleep (no container of the tenant runs)", *idle)},
 		{"sleep: CPU freed", used.cpu * 1000, "millicores", "the same, CPU"},
 	}, nil
+}
+
+// firstRequest times one LIST of namespaces from the client's side, on a new connection as
+// kubectl's first request is, which the wake gateway holds while a sleeping tenant wakes.
+func firstRequest(ctx context.Context, tenantCfg *rest.Config, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	cfg := rest.CopyConfig(tenantCfg)
+	cfg.Dial = (&net.Dialer{}).DialContext // a transport of its own, no pooled connection
+	cfg.Timeout = timeout
+	tenant, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := tenant.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
 }
 
 // waitAwake waits until the tenant is Ready again, and awake (its spec says so).

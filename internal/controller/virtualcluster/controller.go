@@ -13,7 +13,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/kubectl/pkg/util/podutils"
@@ -24,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -135,7 +138,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 		// tenant's labels but is owned by nobody.
 		Watches(&corev1.Secret{}, byVirtualClusterLabel()).
 		Watches(&corev1.Pod{}, byVirtualClusterLabel()).
-		Watches(&v1alpha1.PoolNode{}, r.poolNodeToVirtualClusters()).
+		Watches(&v1alpha1.PoolNode{}, r.poolNodeToVirtualClusters(), builder.WithPredicates(notOnlyHeartbeat)).
 		Watches(&v1alpha1.VirtualClusterSnapshot{}, r.snapshotToRestores()).
 		WithOptions(opts).
 		Named("virtualcluster").
@@ -497,6 +500,23 @@ func (r *Reconciler) poolNodeToVirtualClusters() handler.EventHandler {
 		return out
 	})
 }
+
+// notOnlyHeartbeat passes every PoolNode event but an update that only moved its agent's
+// heartbeat: each would re-run the reconcile of every tenant asking for nodes. A heartbeat
+// that matters to a tenant changes more: the first one, and one after the node was
+// unreachable, which its controller's phase follows.
+var notOnlyHeartbeat = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	before, bok := e.ObjectOld.(*v1alpha1.PoolNode)
+	after, aok := e.ObjectNew.(*v1alpha1.PoolNode)
+	if !bok || !aok || before.Status.Agent.HeartbeatTime.IsZero() {
+		return true
+	}
+	b, a := before.DeepCopy(), after.DeepCopy()
+	for _, pn := range []*v1alpha1.PoolNode{b, a} {
+		pn.ResourceVersion, pn.ManagedFields, pn.Status.Agent.HeartbeatTime = "", nil, metav1.Time{}
+	}
+	return !equality.Semantic.DeepEqual(b, a)
+}}
 
 // byVirtualClusterLabel maps a tenant's host object (a component's pod, a Secret) to its
 // VirtualCluster, by its label.

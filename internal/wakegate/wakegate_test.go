@@ -99,6 +99,19 @@ func (p *tenantPKI) client(certs ...tls.Certificate) *http.Client {
 	}}
 }
 
+// serve starts g and has it hold tenant with p's certificates; it returns the tenant's
+// address at the gateway.
+func (p *tenantPKI) serve(t *testing.T, ctx context.Context, g *Gateway, tenant types.NamespacedName) string {
+	t.Helper()
+	g.Start(ctx)
+	port, err := g.Hold(tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetCredentials(tenant, p.creds)
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))
+}
+
 func get(t *testing.T, c *http.Client, url string, header map[string]string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
@@ -145,16 +158,11 @@ func TestWakeAndPass(t *testing.T) {
 			return backend.Listener.Addr().String(), time.Now().After(up)
 		},
 	}
-	g.Start(ctx)
-	port, err := g.Hold(tenant)
-	if err != nil {
-		t.Fatal(err)
+	addr := p.serve(t, ctx, g, tenant)
+	if again, _ := g.Hold(tenant); net.JoinHostPort("127.0.0.1", strconv.Itoa(int(again))) != addr {
+		t.Errorf("holding the tenant again listens on %d, want the same port as %s", again, addr)
 	}
-	if again, _ := g.Hold(tenant); again != port {
-		t.Errorf("holding the tenant again listens on %d, want the same port %d", again, port)
-	}
-	g.SetCredentials(tenant, p.creds)
-	url := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))) + "/api"
+	url := "https://" + addr + "/api"
 	forged := map[string]string{"X-Remote-User": "system:admin", "X-Remote-Group": "system:masters"}
 
 	code, body := get(t, p.client(p.admin), url, map[string]string{"X-Remote-Group": "forged"})
@@ -186,7 +194,7 @@ func TestWakeAndPass(t *testing.T) {
 		t.Errorf("%d wakes after a request in the release grace, want still 1", n)
 	}
 	time.Sleep(400 * time.Millisecond)
-	if c, err := net.DialTimeout("tcp", strings.TrimSuffix(strings.TrimPrefix(url, "https://"), "/api"), time.Second); err == nil {
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 		c.Close()
 		t.Errorf("a released tenant's port still accepts connections")
 	}
@@ -210,13 +218,7 @@ func TestGiveUp(t *testing.T) {
 		},
 		Backend: func(context.Context, types.NamespacedName) (string, bool) { return "", false },
 	}
-	g.Start(ctx)
-	port, err := g.Hold(tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.SetCredentials(tenant, p.creds)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port)))
+	addr := p.serve(t, ctx, g, tenant)
 
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -273,13 +275,7 @@ func TestOnlyPeopleWake(t *testing.T) {
 			return backend.Listener.Addr().String(), wakes.Load() > 0
 		},
 	}
-	g.Start(ctx)
-	port, err := g.Hold(tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.SetCredentials(tenant, p.creds)
-	url := "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))) + "/api"
+	url := "https://" + p.serve(t, ctx, g, tenant) + "/api"
 	for _, c := range []struct {
 		who    string
 		client *http.Client

@@ -185,11 +185,7 @@ func TestSleepWake(t *testing.T) {
 
 	t.Run("idle for spec.sleep.afterInactivity, it sleeps; its own components and pods do not keep it awake", func(t *testing.T) {
 		const after = time.Minute
-		patch := fmt.Sprintf(`{"spec":{"sleep":{"afterInactivity":%q}}}`, after)
-		if err := host.Patch(ctx, &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: vc.Name}},
-			client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-			t.Fatal(err)
-		}
+		patchSleep(t, ctx, vc, fmt.Sprintf(`{"afterInactivity":%q}`, after))
 		// A person's last request; then only the tenant's controllers, scheduler, DNS, the
 		// shared node and its running pods are at work.
 		kubectl(t, "--kubeconfig", kubeconfig, "get", "configmap", "keep")
@@ -216,7 +212,13 @@ func TestSleepWake(t *testing.T) {
 // setAsleep sets the tenant's spec.sleep.asleep, as a person would with kubectl patch.
 func setAsleep(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualCluster, asleep bool) {
 	t.Helper()
-	patch := fmt.Sprintf(`{"spec":{"sleep":{"asleep":%t}}}`, asleep)
+	patchSleep(t, ctx, vc, fmt.Sprintf(`{"asleep":%t}`, asleep))
+}
+
+// patchSleep merges sleep (JSON) into the tenant's spec.sleep, as kubectl patch would.
+func patchSleep(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualCluster, sleep string) {
+	t.Helper()
+	patch := `{"spec":{"sleep":` + sleep + `}}`
 	if err := host.Patch(ctx, &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: vc.Namespace, Name: vc.Name}},
 		client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		t.Fatal(err)

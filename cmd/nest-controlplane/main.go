@@ -90,8 +90,10 @@ func usage(w *os.File) {
 	}
 	fmt.Fprintf(w, "\nWhile the apiserver, the controller-manager or the scheduler allocates little, its GOGC is\n"+
 		"lowered (down to %d) so that its heap grows by what it allocates in about %s, never beyond its own\n"+
-		"GOGC, and its free memory is returned to the system every %s; %s=off keeps its GOGC as set,\n"+
-		"%s=no-release paces without returning memory.\n", idlegc.Default.Floor, idlegc.Default.Interval, idlegc.Default.Release, idlegc.Env, idlegc.Env)
+		"GOGC, its free memory is returned to the system every %s, and it runs on %d thread(s) (GOMAXPROCS;\n"+
+		"one set in the environment is kept). %s is a comma-separated list: off keeps GOGC and GOMAXPROCS\n"+
+		"as set, no-release paces without returning memory, no-procs leaves GOMAXPROCS alone.\n",
+		idlegc.Default.Floor, idlegc.Default.Interval, idlegc.Default.Release, idlegc.Default.IdleProcs, idlegc.Env)
 	fmt.Fprintf(w, "\n'nest-controlplane <component> --help' lists the component's flags.\n%s\n", version.String())
 }
 

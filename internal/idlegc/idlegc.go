@@ -21,15 +21,24 @@
 // scavenger keeps about a tenth above the heap goal and returns the rest slowly; an idle
 // tenant's components held 6-8 MiB more without it, at no measurable CPU (one collection a
 // minute among the paced ones every 15 s).
+//
+// While the process stays quiet, Run also lets it run on IdleProcs threads (GOMAXPROCS), and
+// gives it back the runtime's own number the second it gets busy. An idle component's work is
+// timers and small requests: with a processor per host core, each wake-up also wakes a
+// spinning thread that looks for more work on the other processors and finds none. On this
+// project's 2-core host that was a quarter of an idle tenant's CPU (64-70 millicores instead of
+// 47-52, BENCHMARKS.md). A GOMAXPROCS set in the environment is left alone.
 package idlegc
 
 import (
 	"context"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -38,30 +47,40 @@ import (
 // Settings are the pacing's bounds. Interval is the aimed time between collections while the
 // process is idle, Floor the lowest GOGC set, Window the seconds of low allocation after which
 // GOGC falls. Release is how often free memory goes back to the operating system while GOGC
-// is below the process's own (the process has been quiet for a window); 0 never.
+// is below the process's own (the process has been quiet for a window); 0 never. IdleProcs is
+// the GOMAXPROCS while quiet; 0 leaves GOMAXPROCS alone.
 type Settings struct {
-	Interval time.Duration
-	Floor    int
-	Window   int
-	Release  time.Duration
+	Interval  time.Duration
+	Floor     int
+	Window    int
+	Release   time.Duration
+	IdleProcs int
 }
 
 // Default is what the tenant components run with: a collection every 15 s at most while idle
 // costs the apiserver a few milliseconds of CPU a second (it marks about 60 MB each time).
-var Default = Settings{Interval: 15 * time.Second, Floor: 10, Window: 30, Release: time.Minute}
+var Default = Settings{Interval: 15 * time.Second, Floor: 10, Window: 30, Release: time.Minute, IdleProcs: 1}
 
-// Env, in a process's environment, turns the pacing off ("off": GOGC stays as it was set) or
-// keeps the pacing without returning memory ("no-release"); unset or anything else is Default.
+// Env, in a process's environment, is a comma-separated list: "off" turns all of this off
+// (GOGC and GOMAXPROCS stay as set), "no-release" paces without returning memory, "no-procs"
+// leaves GOMAXPROCS alone. Unset, or anything else, is Default.
 const Env = "KUBENEST_IDLE_GC"
 
 // Start runs Run with Default in the background, as Env says.
 func Start(ctx context.Context) {
 	s := Default
-	switch os.Getenv(Env) {
-	case "off":
-		return
-	case "no-release":
-		s.Release = 0
+	for _, v := range strings.Split(os.Getenv(Env), ",") {
+		switch strings.TrimSpace(v) {
+		case "off":
+			return
+		case "no-release":
+			s.Release = 0
+		case "no-procs":
+			s.IdleProcs = 0
+		}
+	}
+	if _, set := os.LookupEnv("GOMAXPROCS"); set {
+		s.IdleProcs = 0
 	}
 	go Run(ctx, s)
 }
@@ -72,8 +91,9 @@ const (
 	metricGOGC   = "/gc/gogc:percent"
 )
 
-// Run paces the collector until ctx ends. It does nothing when the process's GOGC is off or
-// not above s.Floor.
+// Run paces the collector, and GOMAXPROCS with it, until ctx ends, and leaves GOMAXPROCS as
+// the runtime would have it. It does nothing when the process's GOGC is off or not above
+// s.Floor.
 func Run(ctx context.Context, s Settings) {
 	samples := []metrics.Sample{{Name: metricAllocs}, {Name: metricLive}, {Name: metricGOGC}}
 	metrics.Read(samples)
@@ -85,8 +105,17 @@ func Run(ctx context.Context, s Settings) {
 		klog.InfoS("Not pacing the garbage collector", "GOGC", ceiling, "floor", s.Floor)
 		return
 	}
-	klog.InfoS("Pacing the garbage collector while idle", "GOGCCeiling", ceiling, "floor", s.Floor, "interval", s.Interval, "window", s.Window, "release", s.Release)
+	if s.IdleProcs >= runtime.GOMAXPROCS(0) {
+		s.IdleProcs = 0
+	}
+	klog.InfoS("Pacing the garbage collector while idle", "GOGCCeiling", ceiling, "floor", s.Floor, "interval", s.Interval, "window", s.Window, "release", s.Release, "idleProcs", s.IdleProcs)
 	p := newPacer(s, ceiling)
+	fewProcs := false // GOMAXPROCS is IdleProcs
+	defer func() {
+		if fewProcs {
+			runtime.SetDefaultGOMAXPROCS()
+		}
+	}()
 	prev := samples[0].Value.Uint64()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -100,6 +129,15 @@ func Run(ctx context.Context, s Settings) {
 			if gogc, changed := p.next(allocs-prev, live); changed {
 				debug.SetGCPercent(gogc)
 				klog.V(4).InfoS("GOGC changed", "GOGC", gogc, "allocatedLastSecond", allocs-prev, "liveHeapBytes", live)
+			}
+			if s.IdleProcs > 0 && p.quiet() != fewProcs {
+				fewProcs = p.quiet()
+				if fewProcs {
+					runtime.GOMAXPROCS(s.IdleProcs)
+				} else {
+					runtime.SetDefaultGOMAXPROCS()
+				}
+				klog.V(4).InfoS("GOMAXPROCS changed", "GOMAXPROCS", runtime.GOMAXPROCS(0))
 			}
 			prev = allocs
 			if p.release() {
@@ -149,10 +187,13 @@ func (p *pacer) next(allocated, live uint64) (int, bool) {
 	return gogc, changed
 }
 
+// quiet says whether the process has allocated little for a window: GOGC is below its own.
+func (p *pacer) quiet() bool { return p.current < p.ceiling }
+
 // release says whether to return free memory now: the process is quiet (GOGC below its own),
 // and it was not done in the last Release, or not since the process was last busy.
 func (p *pacer) release() bool {
-	if p.current >= p.ceiling {
+	if !p.quiet() {
 		p.released = -1
 		return false
 	}

@@ -83,3 +83,45 @@ func TestPacerReleasesWhileQuiet(t *testing.T) {
 		t.Error("released with Release 0")
 	}
 }
+
+// A quiet process runs on IdleProcs threads, gets the runtime's own number back as soon as it
+// allocates, and keeps it once Run ends.
+func TestRunLowersGOMAXPROCSWhileQuiet(t *testing.T) {
+	own := runtime.GOMAXPROCS(0)
+	if own < 2 {
+		t.Skipf("GOMAXPROCS is %d here: nothing to lower", own)
+	}
+	old := debug.SetGCPercent(50)
+	defer debug.SetGCPercent(old)
+	runtime.GC()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Run(ctx, Settings{Interval: time.Second, Floor: 10, Window: 2, IdleProcs: 1})
+	}()
+	waitFor := func(what string, want int, work func()) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			work()
+			if runtime.GOMAXPROCS(0) == want {
+				return
+			}
+		}
+		t.Fatalf("%s: GOMAXPROCS is %d, want %d", what, runtime.GOMAXPROCS(0), want)
+	}
+	waitFor("quiet", 1, func() {})
+	var sink [][]byte
+	waitFor("busy", own, func() {
+		for range 64 {
+			sink = append(sink, make([]byte, 1<<20)) // far more than the live heap, each second
+		}
+		sink = sink[len(sink)-64:]
+	})
+	waitFor("quiet again", 1, func() { sink = nil })
+	cancel()
+	<-done
+	if got := runtime.GOMAXPROCS(0); got != own {
+		t.Errorf("after Run ended GOMAXPROCS is %d, want the runtime's %d", got, own)
+	}
+}

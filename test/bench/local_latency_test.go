@@ -36,6 +36,7 @@ func TestListLatency(t *testing.T) {
 		{name: "default"},
 		{name: "KUBENEST_SHARED_ETCD=off", env: map[string]string{"KUBENEST_SHARED_ETCD": "off"}},
 		{name: "KUBENEST_IDLE_GC=no-release", env: map[string]string{"KUBENEST_IDLE_GC": "no-release"}},
+		{name: "KUBENEST_IDLE_GC=no-procs", env: map[string]string{"KUBENEST_IDLE_GC": "no-procs"}},
 		{name: "KUBENEST_IDLE_GC=off", env: map[string]string{"KUBENEST_IDLE_GC": "off"}},
 	}
 	const objects, lists, gets = 1000, 50, 500

@@ -30,8 +30,43 @@ var components = []string{
 // usage is one container's memory and CPU.
 type usage struct {
 	workingSet, rss uint64  // bytes
-	cpu             float64 // cores
+	cpu             float64 // cores: the kubelet's last figure, or an average (averageCPU)
+	cpuSeconds      float64 // core-seconds used since the container started, read at
+	at              time.Time
 	fromCgroup      bool
+}
+
+// cpuWindow is how long a CPU figure averages over: the kubelet's instant figure moves by half
+// from one reading to the next on an idle container, its cumulative counter does not.
+const cpuWindow = time.Minute
+
+// averageCPU sets the CPU of each container in after to its average since before, from the
+// kubelet's cumulative counters. A container not in both keeps its instant figure.
+func averageCPU(before, after map[string]usage) {
+	for c, a := range after {
+		if b, ok := before[c]; ok && a.at.After(b.at) && a.cpuSeconds >= b.cpuSeconds && b.cpuSeconds > 0 {
+			a.cpu = (a.cpuSeconds - b.cpuSeconds) / a.at.Sub(b.at).Seconds()
+			after[c] = a
+		}
+	}
+}
+
+// usageOver reads what read reports twice, cpuWindow apart, and returns the second reading
+// with each container's CPU averaged over the window.
+func usageOver(ctx context.Context, read func() (map[string]usage, error)) (map[string]usage, error) {
+	before, err := read()
+	if err != nil {
+		return nil, err
+	}
+	if err := sleep(ctx, cpuWindow); err != nil {
+		return nil, err
+	}
+	after, err := read()
+	if err != nil {
+		return nil, err
+	}
+	averageCPU(before, after)
+	return after, nil
 }
 
 const mib = 1 << 20
@@ -63,8 +98,9 @@ func memory(ctx context.Context, e *env, args []string) ([]Figure, error) {
 }
 
 // idleMemory waits until the youngest of the tenants has been Ready for idle, then samples
-// the kubelets' stats of their containers four times, 10 s apart, and reports per component
-// the median over tenants of each container's median over samples.
+// the kubelets' stats of their containers four times, 20 s apart, and reports per component
+// the median over tenants of each container's median memory over samples and its CPU averaged
+// from the first sample to the last.
 func idleMemory(ctx context.Context, e *env, vcs []*v1alpha1.VirtualCluster, idle time.Duration, variant string) ([]Figure, error) {
 	fmt.Printf("leaving %d tenants idle for %s...\n", len(vcs), idle)
 	if err := sleep(ctx, idle); err != nil {
@@ -75,7 +111,7 @@ func idleMemory(ctx context.Context, e *env, vcs []*v1alpha1.VirtualCluster, idl
 	cgroupFallback := false
 	for i := range 4 {
 		if i > 0 {
-			if err := sleep(ctx, 10*time.Second); err != nil {
+			if err := sleep(ctx, cpuWindow/3); err != nil {
 				return nil, err
 			}
 		}
@@ -101,6 +137,9 @@ func idleMemory(ctx context.Context, e *env, vcs []*v1alpha1.VirtualCluster, idl
 				return nil, fmt.Errorf("%s: no stats for container %s", vc.Name, c)
 			}
 			m := medianUsage(s)
+			averaged := map[string]usage{c: s[len(s)-1]}
+			averageCPU(map[string]usage{c: s[0]}, averaged)
+			m.cpu = averaged[c].cpu
 			perComponent[c] = append(perComponent[c], m)
 			sum.workingSet += m.workingSet
 			sum.rss += m.rss
@@ -112,7 +151,7 @@ func idleMemory(ctx context.Context, e *env, vcs []*v1alpha1.VirtualCluster, idl
 	if cgroupFallback {
 		source += "; where the kubelet had no figure for a container, its cgroup (memory.usage_in_bytes - total_inactive_file; total_rss)"
 	}
-	method := fmt.Sprintf("%d idle tenants (no objects of their own, no nodes) %s after the last was Ready; each container sampled 4 times 10 s apart, median sample, median tenant; working set = usage - inactive file pages, RSS = anonymous memory; from %s%s", len(vcs), idle, source, variant)
+	method := fmt.Sprintf("%d idle tenants (no objects of their own, no nodes) %s after the last was Ready; each container sampled 4 times 20 s apart, median sample (CPU: the average from the first to the last), median tenant; working set = usage - inactive file pages, RSS = anonymous memory; from %s%s", len(vcs), idle, source, variant)
 	var figures []Figure
 	for _, c := range append(slices.Clone(components), "sum") {
 		us := perComponent[c]
@@ -214,6 +253,9 @@ func fromSummary(ps *statsv1alpha1.PodStats, container string) (usage, bool) {
 		}
 		if c.CPU != nil && c.CPU.UsageNanoCores != nil {
 			u.cpu = float64(*c.CPU.UsageNanoCores) / 1e9
+		}
+		if c.CPU != nil && c.CPU.UsageCoreNanoSeconds != nil {
+			u.cpuSeconds, u.at = float64(*c.CPU.UsageCoreNanoSeconds)/1e9, c.CPU.Time.Time
 		}
 		return u, true
 	}

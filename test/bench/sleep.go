@@ -44,7 +44,7 @@ func sleepWake(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	if err := sleep(ctx, *idle); err != nil {
 		return nil, err
 	}
-	awake, err := tenantUsage(ctx, e, vc)
+	awake, err := usageOver(ctx, func() (map[string]usage, error) { return tenantUsage(ctx, e, vc) })
 	if err != nil {
 		return nil, err
 	}

@@ -55,6 +55,7 @@ func TestIdleProcessMemory(t *testing.T) {
 		// A soft limit (every process gets it; only the apiserver's heap comes near it).
 		{name: "GOMEMLIMIT=100MiB", env: map[string]string{"GOMEMLIMIT": "100MiB"}},
 		{name: "apiserver --watch-cache=false", apiserver: map[string]string{"watch-cache": "false"}},
+		{name: "GOGC=50 apiserver --watch-cache=false", env: map[string]string{"GOGC": "50"}, apiserver: map[string]string{"watch-cache": "false"}},
 		{name: "apiserver --enable-priority-and-fairness=false", apiserver: map[string]string{"enable-priority-and-fairness": "false"}},
 		// Not a saving: the apiserver's heap profile, in $BENCH_PPROF_DIR, says what the heap holds.
 		{name: "apiserver --profiling=true", apiserver: map[string]string{"profiling": "true"}},

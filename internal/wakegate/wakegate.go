@@ -44,6 +44,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/netutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	authuser "k8s.io/apiserver/pkg/authentication/user"
@@ -55,6 +56,15 @@ import (
 // maxHeld bounds the requests held for one tenant at a time; more are answered 503 with
 // Retry-After, which client-go retries by itself.
 const maxHeld = 256
+
+// defaultMaxConnections bounds the connections one tenant's port has open at a time (Gateway's
+// MaxConnections when zero). Whoever reaches a tenant's endpoint can open connections, and
+// each holds a file descriptor of the operator, and a TLS handshake its CPU: without a bound,
+// a flood at one tenant's port would take them from every other tenant's, and from the
+// operator itself. Past the bound, new connections wait in the kernel's backlog until one
+// closes; a connection is closed 30 s into a handshake or request headers that did not end,
+// or after 90 s idle between requests.
+const defaultMaxConnections = 1024
 
 // remoteHeaderPrefix starts every header the tenant apiserver takes an identity from
 // (--requestheader-username-headers, -group-headers and -extra-headers-prefix).
@@ -99,6 +109,9 @@ type Gateway struct {
 	// ReleaseGrace is how long a released tenant's port still serves: until every node's
 	// kube-proxy has stopped sending the tenant's connections here. Zero means 30 s.
 	ReleaseGrace time.Duration
+	// MaxConnections bounds the connections open at a time on one tenant's port; zero means
+	// defaultMaxConnections.
+	MaxConnections int
 
 	ctx       context.Context
 	mu        sync.Mutex
@@ -171,10 +184,15 @@ func (g *Gateway) Hold(tenant types.NamespacedName) (int32, error) {
 		g.listeners = map[types.NamespacedName]*listener{}
 	}
 	logger := klog.FromContext(g.ctx).WithValues("virtualCluster", tenant.String())
-	l := &listener{Listener: nl, held: make(chan struct{}, maxHeld)}
+	maxConns := g.MaxConnections
+	if maxConns <= 0 {
+		maxConns = defaultMaxConnections
+	}
+	l := &listener{Listener: netutil.LimitListener(nl, maxConns), held: make(chan struct{}, maxHeld)}
 	l.srv = &http.Server{
 		Handler:           g.handler(tenant, l, logger),
-		ReadHeaderTimeout: 30 * time.Second,
+		ReadHeaderTimeout: 30 * time.Second, // also bounds the TLS handshake
+		IdleTimeout:       90 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return klog.NewContext(g.ctx, logger) },
 		// Handshakes that fail (a client that does not trust the tenant, a port check, plain
 		// HTTP) are the client's business, logged only at V(1).

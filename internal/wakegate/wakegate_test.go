@@ -104,6 +104,13 @@ func (p *tenantPKI) client(certs ...tls.Certificate) *http.Client {
 func (p *tenantPKI) serve(t *testing.T, ctx context.Context, g *Gateway, tenant types.NamespacedName) string {
 	t.Helper()
 	g.Start(ctx)
+	return p.hold(t, g, tenant)
+}
+
+// hold has the started g hold tenant with p's certificates; it returns the tenant's address
+// at the gateway.
+func (p *tenantPKI) hold(t *testing.T, g *Gateway, tenant types.NamespacedName) string {
+	t.Helper()
 	port, err := g.Hold(tenant)
 	if err != nil {
 		t.Fatal(err)
@@ -305,5 +312,46 @@ func TestOnlyPeopleWake(t *testing.T) {
 	// Once woken, the tenant's components are served too.
 	if code, body := get(t, p.client(p.node), url, nil); code != http.StatusOK || body != "user=system:node:worker-1 groups=system:nodes from 127.0.0.1" {
 		t.Errorf("the lent node's kubelet once the tenant is up: %d %q", code, body)
+	}
+}
+
+// TestConnectionBound: connections that hold a tenant's port without a word (a flood) take
+// at most MaxConnections of it; a client is served once one of them goes, and the other
+// tenants' ports are not touched.
+func TestConnectionBound(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := newTenantPKI(t)
+	backend := p.apiserver(t)
+	g := &Gateway{
+		Address:        "127.0.0.1",
+		Timeout:        10 * time.Second,
+		MaxConnections: 2,
+		Wake:           func(context.Context, types.NamespacedName, string) error { return nil },
+		Backend: func(context.Context, types.NamespacedName) (string, bool) {
+			return backend.Listener.Addr().String(), true
+		},
+	}
+	flooded := p.serve(t, ctx, g, types.NamespacedName{Namespace: "tenants", Name: "flooded"})
+	other := p.hold(t, g, types.NamespacedName{Namespace: "tenants", Name: "other"})
+	var silent []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", flooded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		silent = append(silent, c)
+	}
+	time.Sleep(100 * time.Millisecond) // both accepted
+	if _, err := p.client(p.admin).Get("https://" + flooded + "/api"); err == nil {
+		t.Errorf("a third connection was served while two silent ones held the port")
+	}
+	if code, _ := get(t, p.client(p.admin), "https://"+other+"/api", nil); code != http.StatusOK {
+		t.Errorf("another tenant's port during the flood: %d", code)
+	}
+	silent[0].Close()
+	if code, _ := get(t, p.client(p.admin), "https://"+flooded+"/api", nil); code != http.StatusOK {
+		t.Errorf("once a silent connection went: %d", code)
 	}
 }

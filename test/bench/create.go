@@ -30,18 +30,29 @@ func createReady(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	count := fs.Int("count", 10, "VirtualClusters per series")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long one VirtualCluster may take to be Ready")
 	settle := fs.Duration("settle", 5*time.Second, "after a tenant is deleted, how long the host gets to finish tearing it down (containers, network, kube-proxy rules) before the next creation")
+	type seriesSpec struct {
+		flag, name, prefix string
+		concurrent         bool
+		ephemeral          bool
+	}
+	allSeries := []seriesSpec{
+		{"sequential", "sequential", "seq", false, false},
+		{"ephemeral", "sequential, ephemeral etcd", "eph", false, true},
+		{"concurrent", "concurrent", "con", true, false},
+	}
 	only := fs.String("series", "sequential,ephemeral,concurrent", "which series to run, comma-separated: sequential, ephemeral (sequential with etcd on an emptyDir), concurrent (all --count at once: the burst)")
 	var extra componentArgs
 	extra.register(fs)
 	_ = fs.Parse(args)
-	chosen := map[string]bool{}
+	var chosen []seriesSpec
 	for _, name := range strings.Split(*only, ",") {
 		name = strings.TrimSpace(name)
-		if !slices.Contains([]string{"sequential", "ephemeral", "concurrent"}, name) {
+		i := slices.IndexFunc(allSeries, func(s seriesSpec) bool { return s.flag == name })
+		if i < 0 {
 			fmt.Fprintf(os.Stderr, "create: --series: %q is not one of sequential, ephemeral, concurrent\n", name)
 			os.Exit(2)
 		}
-		chosen[name] = true
+		chosen = append(chosen, allSeries[i])
 	}
 	ns, cleanup, err := namespace(ctx, e, "bench-create")
 	if err != nil {
@@ -56,18 +67,7 @@ func createReady(ctx context.Context, e *env, args []string) ([]Figure, error) {
 
 	var figures []Figure
 	medians := map[string]time.Duration{}
-	for _, series := range []struct {
-		flag, name, prefix string
-		concurrent         bool
-		ephemeral          bool
-	}{
-		{"sequential", "sequential", "seq", false, false},
-		{"ephemeral", "sequential, ephemeral etcd", "eph", false, true},
-		{"concurrent", "concurrent", "con", true, false},
-	} {
-		if !chosen[series.flag] {
-			continue
-		}
+	for _, series := range chosen {
 		fmt.Printf("creating %d VirtualClusters, %s...\n", *count, series.name)
 		runs, err := createSeries(ctx, e, t, ns, series.prefix, *count, series.concurrent, series.ephemeral, *timeout, *settle, &extra)
 		if err != nil {

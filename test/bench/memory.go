@@ -40,12 +40,21 @@ type usage struct {
 // from one reading to the next on an idle container, its cumulative counter does not.
 const cpuWindow = time.Minute
 
-// averageCPU sets the CPU of each container in after to its average since before, from the
-// kubelet's cumulative counters. A container not in both keeps its instant figure.
+// cpuSince is u's CPU averaged since the earlier reading b, from the kubelet's cumulative
+// counters; u's instant figure when they cannot say (no counter, a restarted container).
+func (u usage) cpuSince(b usage) float64 {
+	if u.at.After(b.at) && u.cpuSeconds >= b.cpuSeconds && b.cpuSeconds > 0 {
+		return (u.cpuSeconds - b.cpuSeconds) / u.at.Sub(b.at).Seconds()
+	}
+	return u.cpu
+}
+
+// averageCPU sets the CPU of each container in after to its average since before (cpuSince).
+// A container not in both keeps its instant figure.
 func averageCPU(before, after map[string]usage) {
 	for c, a := range after {
-		if b, ok := before[c]; ok && a.at.After(b.at) && a.cpuSeconds >= b.cpuSeconds && b.cpuSeconds > 0 {
-			a.cpu = (a.cpuSeconds - b.cpuSeconds) / a.at.Sub(b.at).Seconds()
+		if b, ok := before[c]; ok {
+			a.cpu = a.cpuSince(b)
 			after[c] = a
 		}
 	}
@@ -137,9 +146,7 @@ func idleMemory(ctx context.Context, e *env, vcs []*v1alpha1.VirtualCluster, idl
 				return nil, fmt.Errorf("%s: no stats for container %s", vc.Name, c)
 			}
 			m := medianUsage(s)
-			averaged := map[string]usage{c: s[len(s)-1]}
-			averageCPU(map[string]usage{c: s[0]}, averaged)
-			m.cpu = averaged[c].cpu
+			m.cpu = s[len(s)-1].cpuSince(s[0])
 			perComponent[c] = append(perComponent[c], m)
 			sum.workingSet += m.workingSet
 			sum.rss += m.rss

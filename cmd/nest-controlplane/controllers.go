@@ -4,16 +4,21 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"slices"
 
 	"github.com/spf13/cobra"
 	"k8s.io/component-base/cli"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 
 	"github.com/kubenest-io/kubenest/internal/idlegc"
+	"github.com/kubenest-io/kubenest/internal/nodeports"
 )
 
 // runControllers runs kube-controller-manager and kube-scheduler in one process:
@@ -54,6 +59,7 @@ func runControllers(args []string) int {
 	}
 	exits := make(chan exit, 3)
 	cmStarted := make(chan struct{})
+	var kubeconfig string
 	upstream := controllermanager.NewControllerManagerCommand()
 	run := upstream.RunE
 	upstream.RunE = func(c *cobra.Command, args []string) error {
@@ -61,6 +67,7 @@ func runControllers(args []string) int {
 		if err != nil {
 			return err
 		}
+		kubeconfig = c.Flags().Lookup("kubeconfig").Value.String()
 		close(cmStarted)
 		if vapStatus != nil {
 			go func() {
@@ -96,6 +103,14 @@ func runControllers(args []string) int {
 	}
 	idlegc.Start(context.Background())
 	go func() { exits <- exit{"kube-scheduler", cli.Run(sched)} }()
+	if cidr := os.Getenv(serviceCIDREnv); cidr != "" {
+		go func() {
+			if err := serveNodePorts(context.Background(), kubeconfig, cidr); err != nil {
+				klog.ErrorS(err, "Component failed")
+				exits <- exit{"nodeports", 1}
+			}
+		}()
+	}
 	e := <-exits
 	klog.InfoS("Component stopped; ending the process, and with it the others", "component", e.component, "exitCode", e.code)
 	klog.Flush()
@@ -111,6 +126,11 @@ of the process itself (--v, --vmodule, the --log-* and --logging-format flags, -
 --emulated-version, the metrics flags) must be the same on both sides. When either component
 stops, the process ends with its exit code. Both wait for the apiserver their --kubeconfig
 names before they start.
+
+With $KUBENEST_SERVICE_CIDR set (the tenant's Service range; the operator sets it), the
+process also serves the tenant's NodePorts: it listens on each NodePort (TCP or UDP) of the
+Services its --kubeconfig sees and passes each connection on to the Service's ClusterIP, when
+that is in the range. The shared node's address leads its NodePorts here (clustertree).
 
 The controller-manager's validatingadmissionpolicy-status-controller (when --controllers
 enables it) starts once the cluster has a ValidatingAdmissionPolicy, under a lease of its own
@@ -129,4 +149,25 @@ the flags of each.
 // soon as the apiserver is ready.
 func newControllerManagerCommand() *cobra.Command {
 	return waitFirst(controllermanager.NewControllerManagerCommand(), "kubeconfig", waitForAPIServer)
+}
+
+// serviceCIDREnv names the tenant's Service range, and turns on the NodePort proxy.
+const serviceCIDREnv = "KUBENEST_SERVICE_CIDR"
+
+// serveNodePorts serves the NodePorts of the Services of the cluster kubeconfig reaches, to
+// their ClusterIPs in serviceCIDR, until ctx ends.
+func serveNodePorts(ctx context.Context, kubeconfig, serviceCIDR string) error {
+	cidr, err := netip.ParsePrefix(serviceCIDR)
+	if err != nil {
+		return fmt.Errorf("$%s: %w", serviceCIDREnv, err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("nodeports: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(rest.AddUserAgent(cfg, "nodeports"))
+	if err != nil {
+		return err
+	}
+	return (&nodeports.Proxy{Client: client, ServiceCIDR: cidr.Masked()}).Run(ctx)
 }

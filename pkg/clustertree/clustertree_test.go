@@ -3,6 +3,7 @@ package clustertree_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -23,7 +24,9 @@ import (
 
 	"github.com/kubenest-io/kubenest/internal/testenv"
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
+	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/pki"
+	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
 
 const (
@@ -36,6 +39,8 @@ const (
 	serviceCIDR = "10.0.3.0/24"
 	lentPodCIDR = "10.244.7.0/24"
 	webIP       = "10.244.1.9"
+	// operatorIP is the address of the virtual node's kubelet API (the operator pod's).
+	operatorIP = "10.244.0.5"
 )
 
 // TestSync runs a virtual node between two real API servers, a host and a tenant, and checks
@@ -190,6 +195,83 @@ func TestSync(t *testing.T) {
 		})
 		waitHostEndpoints(t, ctx, hc, shop, []string{"10.244.7.5"})
 		waitEvent(t, ctx, tc, "shop", clustertree.ReasonEndpointsDropped, "not an address of this tenant's pods")
+	})
+
+	t.Run("the node's address is a ClusterIP of its own, leading its NodePorts to the control plane", func(t *testing.T) {
+		addr := clustertree.SharedNodeAddress(netip.MustParsePrefix(serviceCIDR)).String()
+		if addr != "10.0.3.2" {
+			t.Fatalf("SharedNodeAddress(%s) = %s", serviceCIDR, addr)
+		}
+		n, err := tc.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.Status.Addresses[0]; got.Type != corev1.NodeInternalIP || got.Address != addr {
+			t.Errorf("the node's first address is %v, want InternalIP %s", got, addr)
+		}
+		// A control-plane pod of the tenant, as the host's kubelet reports it.
+		cp := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "alpha-controlplane-1", Labels: naming.For(vcName).Labels(naming.ComponentControlPlane)},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "kube-apiserver", Image: "nest",
+				Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: 6443}}}}},
+		}
+		mustCreate(t, func() error {
+			created, err := hc.CoreV1().Pods(hostNS).Create(ctx, cp, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.2.20", PodIPs: []corev1.PodIP{{IP: "10.244.2.20"}},
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+			_, err = hc.CoreV1().Pods(hostNS).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+			return err
+		})
+		mustCreate(t, func() error {
+			_, err := tc.CoreV1().Services(tenantNS).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "shop-np"},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: "10.0.3.41",
+					Ports: []corev1.ServicePort{{Name: "http", Port: 80, NodePort: 30080}}}}, metav1.CreateOptions{})
+			return err
+		})
+		hostName := clustertree.HostName(vcName, sharednode.AddressServiceNamespace, sharednode.AddressService)
+		for side, c := range map[string]struct {
+			client   kubernetes.Interface
+			ns, name string
+		}{"host": {hc, hostNS, hostName}, "tenant": {tc, sharednode.AddressServiceNamespace, sharednode.AddressService}} {
+			err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+				svc, err := c.client.CoreV1().Services(c.ns).Get(ctx, c.name, metav1.GetOptions{})
+				if err != nil || svc.Spec.ClusterIP != addr || len(svc.Spec.Ports) != 2 || svc.Spec.Ports[1].Port != 30080 {
+					return false, nil
+				}
+				return slicesHold(ctx, c.client, c.ns, c.name, map[string]string{
+					sharednode.AddressSliceKubelet: operatorIP, sharednode.AddressSliceNodePorts: "10.244.2.20:tcp-30080=30080"}), nil
+			})
+			if err != nil {
+				t.Errorf("the %s Service %s/%s does not lead the kubelet port to clustertree and 30080 to the control-plane pod: %v", side, c.ns, c.name, err)
+			}
+		}
+		// A hostile tenant points the address elsewhere: its edit is undone, and the host
+		// never follows it.
+		ts, err := tc.DiscoveryV1().EndpointSlices(sharednode.AddressServiceNamespace).Get(ctx, sharednode.AddressSliceKubelet, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts.Endpoints[0].Addresses = []string{"172.30.0.1"}
+		if _, err := tc.DiscoveryV1().EndpointSlices(sharednode.AddressServiceNamespace).Update(ctx, ts, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			s, err := tc.DiscoveryV1().EndpointSlices(sharednode.AddressServiceNamespace).Get(ctx, sharednode.AddressSliceKubelet, metav1.GetOptions{})
+			return err == nil && s.Endpoints[0].Addresses[0] == operatorIP, nil
+		})
+		if err != nil {
+			t.Errorf("the tenant's edit of the address's kubelet endpoint was not undone: %v", err)
+		}
+		if !slicesHold(ctx, hc, hostNS, hostName, map[string]string{sharednode.AddressSliceKubelet: operatorIP,
+			sharednode.AddressSliceNodePorts: "10.244.2.20:tcp-30080=30080"}) {
+			t.Error("the host's address Service followed the tenant's edit")
+		}
+		if err := hc.CoreV1().Pods(hostNS).Delete(ctx, cp.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("status up", func(t *testing.T) {
@@ -524,7 +606,7 @@ func startNode(t *testing.T, host, tenant *testenv.Env) func() {
 			VirtualCluster: vcName, VirtualClusterUID: "6d1c9e38-0000-4000-8000-00000000aaaa", HostNamespace: hostNS,
 			NodeName: nodeName, Host: host.Config, Tenant: tenant.Config,
 			ServingCert: pair, ClientCA: ca.CertPEM(),
-			NodeAddress: "127.0.0.1", ListenAddress: "127.0.0.1:0",
+			NodeAddress: operatorIP, ListenAddress: "127.0.0.1:0",
 			APIServerHost: "10.96.7.7", APIServerPort: 6443,
 			// Both test apiservers allocate from 10.0.0.0/16: the tenant's slice is a part of it.
 			ServiceCIDR: serviceCIDR,
@@ -705,4 +787,26 @@ func mustCreate(t *testing.T, create func() error) {
 
 func tokenReview(token string) *authenticationv1.TokenReview {
 	return &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}
+}
+
+// slicesHold says whether the EndpointSlices of Service name hold exactly want: by slice name,
+// "address" or "address:port-name=port", the first endpoint and port.
+func slicesHold(ctx context.Context, c kubernetes.Interface, ns, name string, want map[string]string) bool {
+	list, err := c.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name})
+	if err != nil || len(list.Items) != len(want) {
+		return false
+	}
+	for _, s := range list.Items {
+		if len(s.Endpoints) != 1 || len(s.Ports) != 1 {
+			return false
+		}
+		got := s.Endpoints[0].Addresses[0]
+		if !strings.HasSuffix(s.Name, "-kubelet") {
+			got += ":" + *s.Ports[0].Name + "=" + fmt.Sprint(*s.Ports[0].Port)
+		}
+		if want[s.Name] != got {
+			return false
+		}
+	}
+	return true
 }

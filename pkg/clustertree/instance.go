@@ -19,6 +19,7 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -143,6 +144,34 @@ func Run(ctx context.Context, cfg Config) error {
 	defer listener.Close()
 	port := listener.Addr().(*net.TCPAddr).Port
 
+	// The node's address: its own ClusterIP, where its NodePorts are served (nodeaddress.go);
+	// the operator's address when the tenant has no Service range, or holds that ClusterIP for a
+	// Service of its own.
+	address := cfg.NodeAddress
+	var nodeAddr *nodeAddress
+	if serviceCIDR.IsValid() {
+		kubeletAddr, err := netip.ParseAddr(cfg.NodeAddress)
+		if err != nil {
+			return fmt.Errorf("the virtual node's kubelet address: %w", err)
+		}
+		nodeAddr = &nodeAddress{
+			tr: Translator{VirtualCluster: cfg.VirtualCluster, HostNamespace: cfg.HostNamespace, ServiceCIDR: serviceCIDR.Masked()},
+			owner: metav1.OwnerReference{APIVersion: "kubenest.io/v1alpha1", Kind: "VirtualCluster",
+				Name: cfg.VirtualCluster, UID: cfg.VirtualClusterUID, Controller: ptr.To(true)},
+			addr: SharedNodeAddress(serviceCIDR), kubelet: netip.AddrPortFrom(kubeletAddr, uint16(port)),
+			host: host, tenant: tenant, log: log.WithName("address"),
+		}
+		switch err := nodeAddr.reserve(ctx); {
+		case apierrors.IsInvalid(err) || apierrors.IsAlreadyExists(err):
+			log.Error(err, "the shared node keeps the operator's address, and serves no NodePort")
+			nodeAddr = nil
+		case err != nil:
+			return err
+		default:
+			address = nodeAddr.addr.String()
+		}
+	}
+
 	mux := http.NewServeMux()
 	var prov *provider
 	vnode, err := nodeutil.NewNode(cfg.NodeName, func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
@@ -159,7 +188,7 @@ func Run(ctx context.Context, cfg Config) error {
 			recorder: recorder, log: log, refused: map[string]*corev1.Pod{},
 			unreferencedGrace: max(cfg.SyncPeriod, 5*time.Second), wokeAt: cfg.WokeAt,
 		}
-		describeNode(pc.Node, cfg, port, capacity)
+		describeNode(pc.Node, cfg, address, port, capacity)
 		return prov, &nodeProvider{node: pc.Node.DeepCopy(), capacity: cfg.Capacity, period: cfg.SyncPeriod}, nil
 	},
 		nodeutil.WithClient(tenant),
@@ -197,11 +226,20 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	hostConfigMaps.Informer()
 	hostSecrets.Informer()
-	hostInformers.Start(ctx.Done())
-	defer hostInformers.Shutdown()
-	for typ, ok := range hostInformers.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("host %v cache did not sync", typ)
+	// The tenant's control-plane pods, where its NodePorts lead.
+	controlPlaneInformers := informers.NewSharedInformerFactoryWithOptions(host, cfg.SyncPeriod,
+		informers.WithNamespace(cfg.HostNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.SelectorFromSet(naming.For(cfg.VirtualCluster).Labels(naming.ComponentControlPlane)).String()
+		}))
+	controlPlane := controlPlaneInformers.Core().V1().Pods().Informer()
+	for _, f := range []informers.SharedInformerFactory{hostInformers, controlPlaneInformers} {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("host %v cache did not sync", typ)
+			}
 		}
 	}
 
@@ -246,6 +284,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err := runServiceMirror(ctx, mirrorConfig{
 			tr: prov.tr, owner: prov.owner, host: host, tenant: tenant, hostPods: hostPods.Informer(),
 			lent: cfg.TenantAddresses, recorder: recorder, resync: cfg.SyncPeriod, workers: 2,
+			node: nodeAddr, controlPlane: controlPlane,
 		}); err != nil {
 			log.Error(err, "tenant Services are not copied into the host")
 		}
@@ -293,7 +332,7 @@ const (
 )
 
 // describeNode fills in what the virtual node tells the tenant about itself.
-func describeNode(n *corev1.Node, cfg Config, port int, capacity corev1.ResourceList) {
+func describeNode(n *corev1.Node, cfg Config, address string, port int, capacity corev1.ResourceList) {
 	n.Labels = map[string]string{
 		corev1.LabelHostname:   cfg.NodeName,
 		corev1.LabelOSStable:   "linux",
@@ -317,7 +356,7 @@ func describeNode(n *corev1.Node, cfg Config, port int, capacity corev1.Resource
 			cond(corev1.NodeNetworkUnavailable, corev1.ConditionFalse, "RouteCreated", ""),
 		},
 		Addresses: []corev1.NodeAddress{
-			{Type: corev1.NodeInternalIP, Address: cfg.NodeAddress},
+			{Type: corev1.NodeInternalIP, Address: address},
 			{Type: corev1.NodeHostName, Address: cfg.NodeName},
 		},
 		Capacity:        capacity,

@@ -3,7 +3,6 @@ package clustertree
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -169,8 +168,11 @@ type serviceMirror struct {
 	hostPods corelisters.PodLister
 	lent     func(context.Context) ([]netip.Prefix, error)
 	recorder record.EventRecorder
-	queue    workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	log      klog.Logger
+	// node keeps the shared node's address Service (nodeaddress.go), under sharedNodeKey;
+	// nil: the node has the operator's address, and there is none.
+	node  *nodeAddress
+	queue workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	log   klog.Logger
 }
 
 // mirrorConfig is what the mirror takes from the virtual node.
@@ -184,6 +186,10 @@ type mirrorConfig struct {
 	recorder record.EventRecorder
 	resync   time.Duration
 	workers  int
+	// node, when not nil, keeps the shared node's address; controlPlane has the tenant's
+	// control-plane pods in the host, where its NodePorts lead.
+	node         *nodeAddress
+	controlPlane cache.SharedIndexInformer
 }
 
 // runServiceMirror mirrors until ctx ends.
@@ -196,6 +202,7 @@ func runServiceMirror(ctx context.Context, c mirrorConfig) error {
 		hostPods: corelisters.NewPodLister(c.hostPods.GetIndexer()),
 		lent:     c.lent,
 		recorder: c.recorder,
+		node:     c.node,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "clustertree-services"}),
 		log: klog.FromContext(ctx).WithName("services"),
@@ -213,13 +220,17 @@ func runServiceMirror(ctx context.Context, c mirrorConfig) error {
 		switch o := obj.(type) {
 		case *corev1.Service:
 			m.queue.Add(cache.ObjectName{Namespace: o.Namespace, Name: o.Name})
+			if o.Spec.Type == corev1.ServiceTypeNodePort || o.Spec.Type == corev1.ServiceTypeLoadBalancer {
+				m.queue.Add(sharedNodeKey)
+			}
 		case *discoveryv1.EndpointSlice:
 			if svc := o.Labels[discoveryv1.LabelServiceName]; svc != "" {
 				m.queue.Add(cache.ObjectName{Namespace: o.Namespace, Name: svc})
 			}
 		}
 	}
-	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue}
+	// A Service that stops being a NodePort one is seen by its old self.
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(old, o any) { enqueue(old); enqueue(o) }, DeleteFunc: enqueue}
 	for _, inf := range []cache.SharedIndexInformer{factory.Core().V1().Services().Informer(), factory.Discovery().V1().EndpointSlices().Informer()} {
 		if _, err := inf.AddEventHandler(handler); err != nil {
 			return err
@@ -246,6 +257,17 @@ func runServiceMirror(ctx context.Context, c mirrorConfig) error {
 		},
 	}); err != nil {
 		return err
+	}
+	if m.node != nil {
+		m.node.services, m.node.tenantSlices = m.services, m.slices
+		m.node.controlPlane = corelisters.NewPodLister(c.controlPlane.GetIndexer())
+		if _, err := c.controlPlane.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { m.queue.Add(sharedNodeKey) }, UpdateFunc: func(any, any) { m.queue.Add(sharedNodeKey) },
+			DeleteFunc: func(any) { m.queue.Add(sharedNodeKey) },
+		}); err != nil {
+			return err
+		}
+		m.queue.Add(sharedNodeKey)
 	}
 	// Copies whose tenant Service went while nothing watched are found by their annotations.
 	existing, err := host.CoreV1().Services(tr.HostNamespace).List(ctx, metav1.ListOptions{
@@ -317,6 +339,13 @@ func (m *serviceMirror) hostPodAddressed(old, obj any) {
 // sync makes the host copy of one tenant Service and its EndpointSlices match the tenant, and
 // says whether endpoint addresses were left out.
 func (m *serviceMirror) sync(ctx context.Context, key cache.ObjectName) (bool, error) {
+	if key == sharedNodeKey {
+		// Not a copy: the address's Service is clustertree's, on both sides.
+		if m.node == nil {
+			return false, nil
+		}
+		return false, m.node.sync(ctx)
+	}
 	hostName := HostName(m.tr.VirtualCluster, key.Namespace, key.Name)
 	services := m.host.CoreV1().Services(m.tr.HostNamespace)
 	tenant, err := m.services.Services(key.Namespace).Get(key.Name)
@@ -381,47 +410,27 @@ func (m *serviceMirror) syncSlices(ctx context.Context, tenant *corev1.Service, 
 	if err != nil {
 		return false, err
 	}
-	client := m.host.DiscoveryV1().EndpointSlices(m.tr.HostNamespace)
-	hostSlices, err := client.List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
-		discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: managedBy}).String()})
-	if err != nil {
-		return false, err
-	}
 	ours, err := m.addresses(ctx)
 	if err != nil {
 		return false, err
 	}
 	var dropped []string
-	have := map[string]*discoveryv1.EndpointSlice{}
-	for i := range hostSlices.Items {
-		have[hostSlices.Items[i].Name] = &hostSlices.Items[i]
-	}
+	var want []*discoveryv1.EndpointSlice
 	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID}
 	for _, ts := range tenantSlices {
-		want, out := m.tr.EndpointSlice(ts, svc.Name, ours.Contains)
+		copied, out := m.tr.EndpointSlice(ts, svc.Name, ours.Contains)
 		dropped = append(dropped, out...)
-		if want == nil {
-			continue
-		}
-		want.OwnerReferences = []metav1.OwnerReference{owner}
-		cur, ok := have[want.Name]
-		delete(have, want.Name)
-		switch {
-		case !ok:
-			_, err = client.Create(ctx, want, metav1.CreateOptions{FieldManager: fieldManager})
-		case !equality.Semantic.DeepEqual(cur.Endpoints, want.Endpoints) || !equality.Semantic.DeepEqual(cur.Ports, want.Ports) ||
-			!maps.Equal(cur.Labels, want.Labels):
-			cur.Endpoints, cur.Ports, cur.Labels = want.Endpoints, want.Ports, want.Labels
-			_, err = client.Update(ctx, cur, metav1.UpdateOptions{FieldManager: fieldManager})
-		}
-		if err != nil {
-			return false, fmt.Errorf("copying EndpointSlice %s/%s into the host: %w", ts.Namespace, ts.Name, err)
+		if copied != nil {
+			copied.OwnerReferences = []metav1.OwnerReference{owner}
+			want = append(want, copied)
 		}
 	}
-	for name := range have {
-		if err := client404(client.Delete(ctx, name, metav1.DeleteOptions{})); err != nil {
-			return false, err
-		}
+	current, err := hostSlices(ctx, m.host, m.tr.HostNamespace, svc.Name)
+	if err != nil {
+		return false, err
+	}
+	if err := applySlices(ctx, m.host.DiscoveryV1().EndpointSlices(m.tr.HostNamespace), current, want); err != nil {
+		return false, fmt.Errorf("copying the EndpointSlices of tenant Service %s/%s into the host: %w", tenant.Namespace, tenant.Name, err)
 	}
 	if len(dropped) > 0 {
 		slices.Sort(dropped)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/nodepool"
+	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
 
 // The tenant's RBAC for KubeNest's own users: the apiserver calling kubelets, the shared
@@ -32,6 +33,12 @@ func TenantClusterRoles() []rbacv1.ClusterRole {
 			rule("authentication.k8s.io", []string{"tokenreviews"}, "create"),
 			rule("authorization.k8s.io", []string{"subjectaccessreviews"}, "create"),
 			rule("discovery.k8s.io", []string{"endpointslices"}, "get", "list", "watch"),
+			// The Service that holds the shared node's address, and its EndpointSlices
+			// (clustertree's nodeaddress.go); a create cannot be limited to a name.
+			rule("", []string{"services"}, "create"),
+			named("", "services", []string{sharednode.AddressService}, "update", "delete"),
+			rule("discovery.k8s.io", []string{"endpointslices"}, "create"),
+			named("discovery.k8s.io", "endpointslices", []string{sharednode.AddressSliceKubelet, sharednode.AddressSliceNodePorts}, "update", "delete"),
 		),
 		// The lease under which the controllers process runs the ValidatingAdmissionPolicy
 		// status controller (nest-controlplane controllers), as the controller-manager's user;
@@ -77,6 +84,10 @@ const VAPStatusLease = "kubenest-validatingadmissionpolicy-status"
 
 func rule(group string, resources []string, verbs ...string) rbacv1.PolicyRule {
 	return rbacv1.PolicyRule{APIGroups: []string{group}, Resources: resources, Verbs: verbs}
+}
+
+func named(group, resource string, names []string, verbs ...string) rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{APIGroups: []string{group}, Resources: []string{resource}, ResourceNames: names, Verbs: verbs}
 }
 
 func rbacMeta(name string) metav1.ObjectMeta {

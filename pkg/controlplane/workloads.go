@@ -247,6 +247,9 @@ func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash s
 		sumResources(withDefaultRequests(cp.ControllerManager.Resources, "20m", "64Mi"),
 			withDefaultRequests(cp.Scheduler.Resources, "10m", "32Mi")))
 	ctrl.VolumeMounts = append(ctrl.VolumeMounts, corev1.VolumeMount{Name: "kubelet-signer", MountPath: KubeletSignerDir, ReadOnly: true})
+	// The process serves the tenant's NodePorts at the shared node's address, to ClusterIPs
+	// of this range only (nest-controlplane controllers --help).
+	ctrl.Env = append(ctrl.Env, corev1.EnvVar{Name: "KUBENEST_SERVICE_CIDR", Value: s.ServiceCIDR})
 	ctrl.Ports = []corev1.ContainerPort{
 		containerPort("kcm-https", ControllerManagerPort),
 		containerPort("sched-https", SchedulerPort),

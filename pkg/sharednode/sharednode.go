@@ -17,6 +17,16 @@ import (
 // LabelVirtualNode marks the tenant's shared node ("true").
 const LabelVirtualNode = "kubenest.io/virtual-node"
 
+// The tenant Service kube-system/kubenest-shared-node holds the shared node's address (a
+// ClusterIP of the tenant's range) and leads its ports: the kubelet API, and the tenant's
+// NodePorts (clustertree keeps it, and its EndpointSlices).
+const (
+	AddressServiceNamespace = "kube-system"
+	AddressService          = "kubenest-shared-node"
+	AddressSliceKubelet     = AddressService + "-kubelet"
+	AddressSliceNodePorts   = AddressService + "-nodeports"
+)
+
 // IsSharedNode says whether node is a tenant's shared node.
 func IsSharedNode(node *corev1.Node) bool {
 	return node != nil && node.Labels[LabelVirtualNode] == "true"

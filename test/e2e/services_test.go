@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -105,6 +106,29 @@ echo reached the tenant apiserver at kubernetes.default.svc`, web.Spec.ClusterIP
 	}
 	t.Run("from the shared node", func(t *testing.T) { check(t, sharedNode) })
 
+	// A NodePort answers at the shared node's address, a ClusterIP of the tenant's own range
+	// that leads to the NodePort proxy of its control plane; and the kubelet API (logs) is
+	// reached there too.
+	nodePort := createNodePortService(t, ctx, tenant, "web-np")
+	node, err := tenant.CoreV1().Nodes().Get(ctx, sharedNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeIP := node.Status.Addresses[0].Address
+	checkNodePort := func(t *testing.T, from string) {
+		out, ok := runTenantPod(t, ctx, tenant, "np-client-"+strings.ReplaceAll(from, ".", "-"), from,
+			fmt.Sprintf("set -x\n%s\ntry %s %d || exit 1", shellTry, nodeIP, nodePort))
+		if !ok {
+			t.Fatalf("a pod on %s could not reach NodePort %d at the shared node's address %s:\n%s", from, nodePort, nodeIP, out)
+		}
+	}
+	t.Run("a NodePort answers at the shared node's address", func(t *testing.T) {
+		if want := clustertree.SharedNodeAddress(netip.MustParsePrefix(got.Status.ServiceCIDR)).String(); nodeIP != want {
+			t.Fatalf("the shared node's InternalIP is %s, want %s (its address in the tenant's Service range)", nodeIP, want)
+		}
+		checkNodePort(t, sharedNode)
+	})
+
 	t.Run("kubectl port-forward svc/web", func(t *testing.T) {
 		if got := portForward(t, ctx, kubeconfig, "svc/web", 80); !strings.Contains(got, "hi from web-") {
 			t.Errorf("through kubectl port-forward svc/web: %q", got)
@@ -133,6 +157,8 @@ for i in 1 2 3 4 5 6 7 8 9 10; do echo | nc -w 5 %s 80 && exit 0; sleep 1; done;
 		if !ok || !strings.Contains(out, "hi from web-") {
 			t.Errorf("a pod on the lent node could not reach a new Service's ClusterIP %s:\n%s", late.Spec.ClusterIP, out)
 		}
+		// The tenant's kube-proxy leads the shared node's address there too.
+		checkNodePort(t, lendableNode)
 		if p := waitKubeProxyPod(t, ctx, tenant, lendableNode, time.Time{}); p.Status.ContainerStatuses[0].RestartCount != 0 {
 			t.Errorf("the tenant's kube-proxy restarted %d times", p.Status.ContainerStatuses[0].RestartCount)
 		}
@@ -253,6 +279,23 @@ func createService(t *testing.T, ctx context.Context, tenant kubernetes.Interfac
 		t.Fatal(err)
 	}
 	return created
+}
+
+// createNodePortService makes a NodePort Service of the web pods and returns its NodePort.
+func createNodePortService(t *testing.T, ctx context.Context, tenant kubernetes.Interface, name string) int32 {
+	t.Helper()
+	created, err := tenant.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeNodePort,
+			Selector: map[string]string{"app": "web"},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return created.Spec.Ports[0].NodePort
 }
 
 // shellTry defines try HOST [PORT [ANSWER]] (a connection, port 80 unless given, that answers

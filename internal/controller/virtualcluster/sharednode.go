@@ -95,9 +95,15 @@ func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI,
 	if err != nil {
 		return clustertree.Config{}, time.Time{}, err
 	}
+	// The node's kubelet API answers at the operator's address, and at the node's own
+	// address (clustertree.SharedNodeAddress) through the host's Service of it.
+	ips := []net.IP{net.ParseIP(r.SharedNodes.Address)}
+	if cidr, err := netip.ParsePrefix(vc.Status.ServiceCIDR); err == nil {
+		ips = append(ips, clustertree.SharedNodeAddress(cidr).AsSlice())
+	}
 	serving, err := ca.Issue(pki.CertSpec{
 		CommonName: "system:node:" + r.SharedNodes.NodeName, Organization: []string{"system:nodes"},
-		DNSNames: []string{r.SharedNodes.NodeName}, IPs: []net.IP{net.ParseIP(r.SharedNodes.Address)},
+		DNSNames: []string{r.SharedNodes.NodeName}, IPs: ips,
 		Usage: pki.UsageServer, Validity: p.leafValidity,
 	}, now)
 	if err != nil {

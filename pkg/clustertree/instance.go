@@ -144,6 +144,10 @@ func Run(ctx context.Context, cfg Config) error {
 	defer listener.Close()
 	port := listener.Addr().(*net.TCPAddr).Port
 
+	// The VirtualCluster controls its host objects: a drain (lending a node) evicts its host
+	// pods, and the tenant's own controllers make them again elsewhere.
+	owner := metav1.OwnerReference{APIVersion: "kubenest.io/v1alpha1", Kind: "VirtualCluster",
+		Name: cfg.VirtualCluster, UID: cfg.VirtualClusterUID, Controller: ptr.To(true)}
 	// The node's address: its own ClusterIP, where its NodePorts are served (nodeaddress.go);
 	// the operator's address when the tenant has no Service range, or holds that ClusterIP for a
 	// Service of its own.
@@ -155,10 +159,9 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("the virtual node's kubelet address: %w", err)
 		}
 		nodeAddr = &nodeAddress{
-			tr: Translator{VirtualCluster: cfg.VirtualCluster, HostNamespace: cfg.HostNamespace, ServiceCIDR: serviceCIDR.Masked()},
-			owner: metav1.OwnerReference{APIVersion: "kubenest.io/v1alpha1", Kind: "VirtualCluster",
-				Name: cfg.VirtualCluster, UID: cfg.VirtualClusterUID, Controller: ptr.To(true)},
-			addr: SharedNodeAddress(serviceCIDR), kubelet: netip.AddrPortFrom(kubeletAddr, uint16(port)),
+			tr:    Translator{VirtualCluster: cfg.VirtualCluster, HostNamespace: cfg.HostNamespace, ServiceCIDR: serviceCIDR.Masked()},
+			owner: owner,
+			addr:  SharedNodeAddress(serviceCIDR), kubelet: netip.AddrPortFrom(kubeletAddr, uint16(port)),
 			host: host, tenant: tenant, log: log.WithName("address"),
 		}
 		switch err := nodeAddr.reserve(ctx); {
@@ -179,11 +182,8 @@ func Run(ctx context.Context, cfg Config) error {
 			tr: Translator{VirtualCluster: cfg.VirtualCluster, HostNamespace: cfg.HostNamespace, NodeName: cfg.NodeName,
 				APIServerHost: cfg.APIServerHost, APIServerPort: cfg.APIServerPort, ClusterDNS: cfg.ClusterDNS,
 				ServiceCIDR: serviceCIDR.Masked()},
-			// The VirtualCluster controls its host pods: a drain (lending a node) evicts them,
-			// and the tenant's own controllers make them again elsewhere.
-			owner: metav1.OwnerReference{APIVersion: "kubenest.io/v1alpha1", Kind: "VirtualCluster",
-				Name: cfg.VirtualCluster, UID: cfg.VirtualClusterUID, Controller: ptr.To(true)},
-			host: host, hostREST: cfg.Host, hostPods: hostPods.Lister(), hostPodIndex: hostPods.Informer().GetIndexer(), tenant: tenant,
+			owner: owner,
+			host:  host, hostREST: cfg.Host, hostPods: hostPods.Lister(), hostPodIndex: hostPods.Informer().GetIndexer(), tenant: tenant,
 			tenantPods: pc.Pods, tenantConfigMaps: pc.ConfigMaps, tenantSecrets: pc.Secrets, tenantServices: pc.Services,
 			recorder: recorder, log: log, refused: map[string]*corev1.Pod{},
 			unreferencedGrace: max(cfg.SyncPeriod, 5*time.Second), wokeAt: cfg.WokeAt,

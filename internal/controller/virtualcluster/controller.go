@@ -37,6 +37,7 @@ import (
 	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/internal/tenantclient"
 	"github.com/kubenest-io/kubenest/internal/wakegate"
+	"github.com/kubenest-io/kubenest/pkg/clustertree"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
@@ -133,11 +134,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.Service{}).
+		Owns(&corev1.Service{}, builder.WithPredicates(notClusterTreeChurn)).
 		// Secrets by label, not owner: cert-manager's Secret of the tenant's CA carries the
 		// tenant's labels but is owned by nobody.
-		Watches(&corev1.Secret{}, byVirtualClusterLabel()).
-		Watches(&corev1.Pod{}, byVirtualClusterLabel()).
+		Watches(&corev1.Secret{}, byVirtualClusterLabel(), builder.WithPredicates(notClusterTreeChurn)).
+		Watches(&corev1.Pod{}, byVirtualClusterLabel(), builder.WithPredicates(notClusterTreeChurn)).
 		Watches(&v1alpha1.PoolNode{}, r.poolNodeToVirtualClusters(), builder.WithPredicates(notOnlyHeartbeat)).
 		Watches(&v1alpha1.VirtualClusterSnapshot{}, r.snapshotToRestores()).
 		WithOptions(opts).
@@ -363,15 +364,18 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		}
 	}
 	conds.apiServer(deploy, len(readyIPs), probeErr, podProblem(cpPods))
-	if err := r.reconcileSharedNode(ctx, vc, pki, exposure, conds); err != nil {
+	sharedNodeRetry, err := r.reconcileSharedNode(ctx, vc, pki, exposure, conds)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
 	lending, err := r.reconcileNodes(ctx, vc, conds)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if lending > 0 && (result.RequeueAfter == 0 || lending < result.RequeueAfter) {
-		result.RequeueAfter = lending
+	for _, in := range []time.Duration{sharedNodeRetry, lending} {
+		if in > 0 && (result.RequeueAfter == 0 || in < result.RequeueAfter) {
+			result.RequeueAfter = in
+		}
 	}
 
 	if conds.IsTrue(v1alpha1.ConditionAPIServerReady) && conds.IsTrue(v1alpha1.ConditionKubeconfigReady) &&
@@ -520,6 +524,20 @@ var notOnlyHeartbeat = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) boo
 
 // byVirtualClusterLabel maps a tenant's host object (a component's pod, a Secret) to its
 // VirtualCluster, by its label.
+// notClusterTreeChurn passes every event but the creation and change of what clustertree
+// makes in the host for a tenant's workloads (the shared node's host pods, its copies of
+// Services, ConfigMaps and Secrets): they come and change with the tenant's workloads, and
+// each would run the tenant's whole reconcile again (its applies, its probe). Only their
+// deletion matters to it: a tenant falling asleep waits for its host pods to go.
+var notClusterTreeChurn = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return !madeByClusterTree(e.Object) },
+	UpdateFunc: func(e event.UpdateEvent) bool { return !madeByClusterTree(e.ObjectNew) },
+}
+
+func madeByClusterTree(obj client.Object) bool {
+	return obj.GetLabels()[clustertree.LabelOrigin] == clustertree.OriginClusterTree
+}
+
 func byVirtualClusterLabel() handler.EventHandler {
 	return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		name := obj.GetLabels()[naming.LabelVirtualCluster]

@@ -4,10 +4,13 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/clustertree"
+	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
 // TestNotOnlyHeartbeat: a PoolNode update that only moves its agent's heartbeat re-runs no
@@ -44,6 +47,31 @@ func TestNotOnlyHeartbeat(t *testing.T) {
 	} {
 		if got := notOnlyHeartbeat.Update(event.UpdateEvent{ObjectOld: c.old, ObjectNew: c.new}); got != c.reconcile {
 			t.Errorf("%s: reconcile %v, want %v", c.name, got, c.reconcile)
+		}
+	}
+}
+
+// TestNotClusterTreeChurn: the host pods and copies clustertree makes for a tenant's workloads
+// re-run the tenant only when they go; the tenant's own control-plane pods always do.
+func TestNotClusterTreeChurn(t *testing.T) {
+	workload := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-x-default-x-alpha", Labels: clustertree.HostSelector("alpha")}}
+	controlPlane := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "alpha-controlplane-1", Labels: naming.For("alpha").Labels(naming.ComponentControlPlane)}}
+	for _, c := range []struct {
+		name           string
+		pod            *corev1.Pod
+		create, update bool
+	}{
+		{"a shared-node host pod", workload, false, false},
+		{"a control-plane pod", controlPlane, true, true},
+	} {
+		if got := notClusterTreeChurn.Create(event.CreateEvent{Object: c.pod}); got != c.create {
+			t.Errorf("%s made: reconcile %v, want %v", c.name, got, c.create)
+		}
+		if got := notClusterTreeChurn.Update(event.UpdateEvent{ObjectOld: c.pod, ObjectNew: c.pod}); got != c.update {
+			t.Errorf("%s changed: reconcile %v, want %v", c.name, got, c.update)
+		}
+		if !notClusterTreeChurn.Delete(event.DeleteEvent{Object: c.pod}) {
+			t.Errorf("%s gone: no reconcile", c.name)
 		}
 	}
 }

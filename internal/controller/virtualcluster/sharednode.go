@@ -46,45 +46,50 @@ const podSecurityLevel = "baseline"
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
 
 // reconcileSharedNode runs the tenant's virtual node when it asks for one and its apiserver
-// answers, and stops it (removing what it ran in the host) when it no longer asks.
-func (r *Reconciler) reconcileSharedNode(ctx context.Context, vc *v1alpha1.VirtualCluster, p *tenantPKI, exp controlplane.Exposure, conds conditions) error {
+// answers, and stops it (removing what it ran in the host) when it no longer asks. retryIn is
+// when to look again: a virtual node that stopped is started again then (no event says it
+// stopped).
+func (r *Reconciler) reconcileSharedNode(ctx context.Context, vc *v1alpha1.VirtualCluster, p *tenantPKI, exp controlplane.Exposure, conds conditions) (retryIn time.Duration, err error) {
 	if r.SharedNodes == nil {
-		return nil
+		return 0, nil
 	}
 	key := vc.Namespace + "/" + vc.Name
 	if !vc.Spec.Nodes.Shared {
 		r.SharedNodes.Manager.Stop(key)
 		conds.Remove(v1alpha1.ConditionSharedNodeReady)
 		_, err := r.removeSharedPods(ctx, vc)
-		return err
+		return 0, err
 	}
 	if !conds.IsTrue(v1alpha1.ConditionAPIServerReady) {
 		conds.Set(v1alpha1.ConditionSharedNodeReady, false, ReasonWaitingForAPIServer, "the virtual node starts once the tenant's apiserver answers")
-		return nil
+		return 0, nil
 	}
 	tenantCfg, err := r.tenantConfig(vc, p)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	fingerprint := fingerprintOf(p.authorities.CABundle(), p.rotationRequest, tenantCfg.Host, exp.ClusterIP, r.SharedNodes.Address, string(vc.UID), vc.Status.ServiceCIDR)
 	err = r.SharedNodes.Manager.Ensure(key, fingerprint, func() (clustertree.Config, time.Time, error) {
 		return r.sharedNodeConfig(vc, p, exp, tenantCfg)
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if running, err := r.SharedNodes.Manager.Status(key); !running {
 		msg := "the virtual node is starting"
 		if err != nil {
-			msg = "the virtual node stopped and is restarted on the next pass: " + err.Error()
+			msg = fmt.Sprintf("the virtual node stopped and is restarted in %s: %v", sharedNodeRetryInterval, err)
 		}
 		conds.Set(v1alpha1.ConditionSharedNodeReady, false, ReasonNotReady, msg)
-		return nil
+		return sharedNodeRetryInterval, nil
 	}
 	conds.Set(v1alpha1.ConditionSharedNodeReady, true, ReasonReady,
 		fmt.Sprintf("virtual node %s runs the tenant's pods on the host's shared nodes", r.SharedNodes.NodeName))
-	return nil
+	return 0, nil
 }
+
+// sharedNodeRetryInterval: how soon a virtual node that stopped is started again.
+const sharedNodeRetryInterval = 10 * time.Second
 
 // sharedNodeConfig issues the virtual node's certificates from the tenant's CA: a client
 // certificate for clustertree in the tenant, and the kubelet API's serving certificate.

@@ -9,10 +9,10 @@ import (
 	"slices"
 
 	"github.com/spf13/cobra"
-	"k8s.io/component-base/cli"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/cli"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"

@@ -209,6 +209,9 @@ func TestSync(t *testing.T) {
 		if got := n.Status.Addresses[0]; got.Type != corev1.NodeInternalIP || got.Address != addr {
 			t.Errorf("the node's first address is %v, want InternalIP %s", got, addr)
 		}
+		if got := n.Status.DaemonEndpoints.KubeletEndpoint.Port; got != clustertree.KubeletPort {
+			t.Errorf("the node's kubelet port is %d, want %d", got, clustertree.KubeletPort)
+		}
 		// A control-plane pod of the tenant, as the host's kubelet reports it.
 		cp := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "alpha-controlplane-1", Labels: naming.For(vcName).Labels(naming.ComponentControlPlane)},
@@ -238,7 +241,8 @@ func TestSync(t *testing.T) {
 		}{"host": {hc, hostNS, hostName}, "tenant": {tc, sharednode.AddressServiceNamespace, sharednode.AddressService}} {
 			err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 				svc, err := c.client.CoreV1().Services(c.ns).Get(ctx, c.name, metav1.GetOptions{})
-				if err != nil || svc.Spec.ClusterIP != addr || len(svc.Spec.Ports) != 2 || svc.Spec.Ports[1].Port != 30080 {
+				if err != nil || svc.Spec.ClusterIP != addr || len(svc.Spec.Ports) != 2 ||
+					svc.Spec.Ports[0].Port != clustertree.KubeletPort || svc.Spec.Ports[1].Port != 30080 {
 					return false, nil
 				}
 				return slicesHold(ctx, c.client, c.ns, c.name, map[string]string{

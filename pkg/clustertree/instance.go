@@ -151,7 +151,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// The node's address: its own ClusterIP, where its NodePorts are served (nodeaddress.go);
 	// the operator's address when the tenant has no Service range, or holds that ClusterIP for a
 	// Service of its own.
-	address := cfg.NodeAddress
+	address, kubeletPort := cfg.NodeAddress, port
 	var nodeAddr *nodeAddress
 	if serviceCIDR.IsValid() {
 		kubeletAddr, err := netip.ParseAddr(cfg.NodeAddress)
@@ -171,7 +171,7 @@ func Run(ctx context.Context, cfg Config) error {
 		case err != nil:
 			return err
 		default:
-			address = nodeAddr.addr.String()
+			address, kubeletPort = nodeAddr.addr.String(), KubeletPort
 		}
 	}
 
@@ -188,7 +188,7 @@ func Run(ctx context.Context, cfg Config) error {
 			recorder: recorder, log: log, refused: map[string]*corev1.Pod{},
 			unreferencedGrace: max(cfg.SyncPeriod, 5*time.Second), wokeAt: cfg.WokeAt,
 		}
-		describeNode(pc.Node, cfg, address, port, capacity)
+		describeNode(pc.Node, cfg, address, kubeletPort, capacity)
 		return prov, &nodeProvider{node: pc.Node.DeepCopy(), capacity: cfg.Capacity, period: cfg.SyncPeriod}, nil
 	},
 		nodeutil.WithClient(tenant),

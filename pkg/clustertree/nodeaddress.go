@@ -38,7 +38,7 @@ import (
 // kept by clustertree with the same ports and endpoints in the host (where the tenant's pods
 // on the shared node and its apiserver are) and in the tenant (whose kube-proxy serves its
 // lent nodes):
-//   - port "kubelet" leads to the virtual node's kubelet API, on the operator's pod;
+//   - port "kubelet" (10250) leads to the virtual node's kubelet API, on the operator's pod;
 //   - each NodePort ("tcp-30080") leads to the same port of the tenant's control-plane pods,
 //     where nest-controlplane controllers passes it on to the Service's ClusterIP
 //     (package nodeports), so the Service's own routing and session affinity apply.
@@ -48,7 +48,12 @@ import (
 // the endpoints from what clustertree holds (its own listener, the control-plane pods in the
 // host), and a tenant edit of these objects is undone.
 
-const kubeletPortName = "kubelet"
+// The kubelet API's port at the node's address: a kubelet's usual one, which tools (and the
+// conformance suite's node proxy) assume, whichever port the operator's listener has.
+const (
+	kubeletPortName = "kubelet"
+	KubeletPort     = 10250
+)
 
 var sharedNodeKey = cache.ObjectName{Namespace: sharednode.AddressServiceNamespace, Name: sharednode.AddressService}
 
@@ -98,7 +103,7 @@ func (n *nodeAddress) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ports, skipped := nodePorts(targets, pods, n.kubelet.Port())
+	ports, skipped := nodePorts(targets, pods)
 	if skipped != n.skipped && skipped != "" {
 		n.log.Info("NodePorts not served at the shared node's address", "skipped", skipped)
 	}
@@ -149,7 +154,7 @@ func (n *nodeAddress) sync(ctx context.Context) error {
 // service is the address's Service with ports (the kubelet's and the NodePorts).
 func (n *nodeAddress) service(nodePorts []corev1.ServicePort) *corev1.Service {
 	ports := append([]corev1.ServicePort{{Name: kubeletPortName, Protocol: corev1.ProtocolTCP,
-		Port: int32(n.kubelet.Port()), TargetPort: intstr.FromInt32(int32(n.kubelet.Port()))}}, nodePorts...)
+		Port: KubeletPort, TargetPort: intstr.FromInt32(int32(n.kubelet.Port()))}}, nodePorts...)
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: sharedNodeKey.Namespace, Name: sharedNodeKey.Name},
 		Spec: corev1.ServiceSpec{
@@ -199,8 +204,8 @@ func addressType(a netip.Addr) discoveryv1.AddressType {
 // nodePorts are the Service ports of the tenant's NodePorts, in order, and which were left out
 // and why: those that are a port a control-plane container declares (the NodePort would lead
 // to that container) or the kubelet API's.
-func nodePorts(targets map[nodeports.Key]nodeports.Target, controlPlane []*corev1.Pod, kubelet uint16) ([]corev1.ServicePort, string) {
-	used := map[nodeports.Key]bool{{Protocol: corev1.ProtocolTCP, Port: int32(kubelet)}: true}
+func nodePorts(targets map[nodeports.Key]nodeports.Target, controlPlane []*corev1.Pod) ([]corev1.ServicePort, string) {
+	used := map[nodeports.Key]bool{{Protocol: corev1.ProtocolTCP, Port: KubeletPort}: true}
 	for _, pod := range controlPlane {
 		for _, c := range pod.Spec.Containers {
 			for _, p := range c.Ports {

@@ -34,10 +34,9 @@ import (
 // hold one tenant's NodePorts. So the shared node's address is a ClusterIP of the tenant's own
 // Service range (SharedNodeAddress), held in the tenant by the Service
 // kube-system/kubenest-shared-node (sharednode.AddressService) so that its apiserver gives it
-// to no other Service, and
-// kept by clustertree with the same ports and endpoints in the host (where the tenant's pods
-// on the shared node and its apiserver are) and in the tenant (whose kube-proxy serves its
-// lent nodes):
+// to no other Service, and kept by clustertree with the same ports and endpoints in the host
+// (where the tenant's pods on the shared node and its apiserver are) and in the tenant (whose
+// kube-proxy serves its lent nodes):
 //   - port "kubelet" (10250) leads to the virtual node's kubelet API, on the operator's pod;
 //   - each NodePort ("tcp-30080") leads to the same port of the tenant's control-plane pods,
 //     where nest-controlplane controllers passes it on to the Service's ClusterIP

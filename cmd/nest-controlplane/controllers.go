@@ -19,6 +19,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/internal/idlegc"
 	"github.com/kubenest-io/kubenest/internal/nodeports"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 )
 
 // runControllers runs kube-controller-manager and kube-scheduler in one process:
@@ -103,7 +104,7 @@ func runControllers(args []string) int {
 	}
 	idlegc.Start(context.Background())
 	go func() { exits <- exit{"kube-scheduler", cli.Run(sched)} }()
-	if cidr := os.Getenv(serviceCIDREnv); cidr != "" {
+	if cidr := os.Getenv(controlplane.ServiceCIDREnv); cidr != "" {
 		go func() {
 			if err := serveNodePorts(context.Background(), kubeconfig, cidr); err != nil {
 				klog.ErrorS(err, "Component failed")
@@ -151,15 +152,12 @@ func newControllerManagerCommand() *cobra.Command {
 	return waitFirst(controllermanager.NewControllerManagerCommand(), "kubeconfig", waitForAPIServer)
 }
 
-// serviceCIDREnv names the tenant's Service range, and turns on the NodePort proxy.
-const serviceCIDREnv = "KUBENEST_SERVICE_CIDR"
-
 // serveNodePorts serves the NodePorts of the Services of the cluster kubeconfig reaches, to
 // their ClusterIPs in serviceCIDR, until ctx ends.
 func serveNodePorts(ctx context.Context, kubeconfig, serviceCIDR string) error {
 	cidr, err := netip.ParsePrefix(serviceCIDR)
 	if err != nil {
-		return fmt.Errorf("$%s: %w", serviceCIDREnv, err)
+		return fmt.Errorf("$%s: %w", controlplane.ServiceCIDREnv, err)
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {

@@ -249,7 +249,7 @@ func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash s
 	ctrl.VolumeMounts = append(ctrl.VolumeMounts, corev1.VolumeMount{Name: "kubelet-signer", MountPath: KubeletSignerDir, ReadOnly: true})
 	// The process serves the tenant's NodePorts at the shared node's address, to ClusterIPs
 	// of this range only (nest-controlplane controllers --help).
-	ctrl.Env = append(ctrl.Env, corev1.EnvVar{Name: "KUBENEST_SERVICE_CIDR", Value: s.ServiceCIDR})
+	ctrl.Env = append(ctrl.Env, corev1.EnvVar{Name: ServiceCIDREnv, Value: s.ServiceCIDR})
 	ctrl.Ports = []corev1.ContainerPort{
 		containerPort("kcm-https", ControllerManagerPort),
 		containerPort("sched-https", SchedulerPort),
@@ -288,6 +288,10 @@ func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash s
 		},
 	}, nil
 }
+
+// ServiceCIDREnv is the controllers container's variable that names the tenant's Service
+// range, and turns on its NodePort proxy.
+const ServiceCIDREnv = "KUBENEST_SERVICE_CIDR"
 
 // controllersSeparator parts the controller-manager's arguments from the scheduler's in the
 // controllers container (nest-controlplane controllers).

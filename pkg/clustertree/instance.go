@@ -148,6 +148,9 @@ func Run(ctx context.Context, cfg Config) error {
 	// pods, and the tenant's own controllers make them again elsewhere.
 	owner := metav1.OwnerReference{APIVersion: "kubenest.io/v1alpha1", Kind: "VirtualCluster",
 		Name: cfg.VirtualCluster, UID: cfg.VirtualClusterUID, Controller: ptr.To(true)}
+	tr := Translator{VirtualCluster: cfg.VirtualCluster, HostNamespace: cfg.HostNamespace, NodeName: cfg.NodeName,
+		APIServerHost: cfg.APIServerHost, APIServerPort: cfg.APIServerPort, ClusterDNS: cfg.ClusterDNS,
+		ServiceCIDR: serviceCIDR.Masked()}
 	// The node's address: its own ClusterIP, where its NodePorts are served (nodeaddress.go);
 	// the operator's address when the tenant has no Service range, or holds that ClusterIP for a
 	// Service of its own.
@@ -159,9 +162,8 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("the virtual node's kubelet address: %w", err)
 		}
 		nodeAddr = &nodeAddress{
-			tr:    Translator{VirtualCluster: cfg.VirtualCluster, HostNamespace: cfg.HostNamespace, ServiceCIDR: serviceCIDR.Masked()},
-			owner: owner,
-			addr:  SharedNodeAddress(serviceCIDR), kubelet: netip.AddrPortFrom(kubeletAddr, uint16(port)),
+			tr: tr, owner: owner,
+			addr: SharedNodeAddress(serviceCIDR), kubelet: netip.AddrPortFrom(kubeletAddr, uint16(port)),
 			host: host, tenant: tenant, log: log.WithName("address"),
 		}
 		switch err := nodeAddr.reserve(ctx); {
@@ -179,9 +181,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var prov *provider
 	vnode, err := nodeutil.NewNode(cfg.NodeName, func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
 		prov = &provider{
-			tr: Translator{VirtualCluster: cfg.VirtualCluster, HostNamespace: cfg.HostNamespace, NodeName: cfg.NodeName,
-				APIServerHost: cfg.APIServerHost, APIServerPort: cfg.APIServerPort, ClusterDNS: cfg.ClusterDNS,
-				ServiceCIDR: serviceCIDR.Masked()},
+			tr:    tr,
 			owner: owner,
 			host:  host, hostREST: cfg.Host, hostPods: hostPods.Lister(), hostPodIndex: hostPods.Informer().GetIndexer(), tenant: tenant,
 			tenantPods: pc.Pods, tenantConfigMaps: pc.ConfigMaps, tenantSecrets: pc.Secrets, tenantServices: pc.Services,
@@ -226,14 +226,19 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	hostConfigMaps.Informer()
 	hostSecrets.Informer()
-	// The tenant's control-plane pods, where its NodePorts lead.
-	controlPlaneInformers := informers.NewSharedInformerFactoryWithOptions(host, cfg.SyncPeriod,
-		informers.WithNamespace(cfg.HostNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.LabelSelector = labels.SelectorFromSet(naming.For(cfg.VirtualCluster).Labels(naming.ComponentControlPlane)).String()
-		}))
-	controlPlane := controlPlaneInformers.Core().V1().Pods().Informer()
-	for _, f := range []informers.SharedInformerFactory{hostInformers, controlPlaneInformers} {
+	factories := []informers.SharedInformerFactory{hostInformers}
+	var controlPlane cache.SharedIndexInformer
+	if nodeAddr != nil {
+		// The tenant's control-plane pods, where its NodePorts lead.
+		f := informers.NewSharedInformerFactoryWithOptions(host, cfg.SyncPeriod,
+			informers.WithNamespace(cfg.HostNamespace),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.LabelSelector = labels.SelectorFromSet(naming.For(cfg.VirtualCluster).Labels(naming.ComponentControlPlane)).String()
+			}))
+		controlPlane = f.Core().V1().Pods().Informer()
+		factories = append(factories, f)
+	}
+	for _, f := range factories {
 		f.Start(ctx.Done())
 		defer f.Shutdown()
 		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {

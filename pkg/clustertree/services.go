@@ -359,12 +359,9 @@ func (m *serviceMirror) sync(ctx context.Context, key cache.ObjectName) (bool, e
 			m.recorder.Event(tenant, corev1.EventTypeWarning, ReasonClusterIPOutsideRange, refused)
 		}
 	}
-	current, err := services.Get(ctx, hostName, metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	current, err := hostService(ctx, m.host, m.tr.HostNamespace, hostName)
+	if err != nil {
 		return false, err
-	}
-	if apierrors.IsNotFound(err) {
-		current = nil
 	}
 	if current != nil && current.Labels[LabelOrigin] != OriginClusterTree {
 		return false, fmt.Errorf("host Service %s exists and is not the copy of tenant Service %s; not touching it", hostName, key)

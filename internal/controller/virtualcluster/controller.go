@@ -522,8 +522,6 @@ var notOnlyHeartbeat = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) boo
 	return !equality.Semantic.DeepEqual(b, a)
 }}
 
-// byVirtualClusterLabel maps a tenant's host object (a component's pod, a Secret) to its
-// VirtualCluster, by its label.
 // notClusterTreeChurn passes every event but the creation and change of what clustertree
 // makes in the host for a tenant's workloads (the shared node's host pods, its copies of
 // Services, ConfigMaps and Secrets): they come and change with the tenant's workloads, and
@@ -538,6 +536,8 @@ func madeByClusterTree(obj client.Object) bool {
 	return obj.GetLabels()[clustertree.LabelOrigin] == clustertree.OriginClusterTree
 }
 
+// byVirtualClusterLabel maps a tenant's host object (a component's pod, a Secret) to its
+// VirtualCluster, by its label.
 func byVirtualClusterLabel() handler.EventHandler {
 	return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		name := obj.GetLabels()[naming.LabelVirtualCluster]

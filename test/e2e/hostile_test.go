@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,7 @@ import (
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
+	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
 
 // TestHostileTenant attacks from inside a tenant, as an admin who wants out: cluster-admin in
@@ -155,6 +157,66 @@ func TestHostileTenant(t *testing.T) {
 		script := shellTry + "\ntry " + web.Spec.ClusterIP
 		if logs, ok := runTenantPod(t, ctx, good, "reach-web", sharedNode, script); !ok || !strings.Contains(logs, "hi from "+victimPod.Name) {
 			t.Errorf("the victim's pod reaching its own Service %s: %q (ok %v)", web.Spec.ClusterIP, logs, ok)
+		}
+	})
+
+	t.Run("the shared node's address, pointed at the host's apiserver from inside the tenant", func(t *testing.T) {
+		// The attacker rewrites the Service that holds its shared node's address and the
+		// kubelet port's EndpointSlice, as its cluster-admin may.
+		ns := sharednode.AddressServiceNamespace
+		svc, err := evil.CoreV1().Services(ns).Get(ctx, sharednode.AddressService, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "apiserver", Port: 6443, Protocol: corev1.ProtocolTCP})
+		if _, err := evil.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		slice, err := evil.DiscoveryV1().EndpointSlices(ns).Get(ctx, sharednode.AddressSliceKubelet, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slice.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"172.30.0.1"}}}
+		slice.Ports = append(slice.Ports, discoveryv1.EndpointPort{Name: ptr.To("apiserver"), Port: ptr.To[int32](6443), Protocol: ptr.To(corev1.ProtocolTCP)})
+		if _, err := evil.DiscoveryV1().EndpointSlices(ns).Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// Both edits are undone in the tenant, and the host never follows them.
+		hostName := clustertree.HostName(attacker.Name, ns, sharednode.AddressService)
+		err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			svc, err := evil.CoreV1().Services(ns).Get(ctx, sharednode.AddressService, metav1.GetOptions{})
+			if err != nil || len(svc.Spec.Ports) != 1 {
+				return false, nil
+			}
+			s, err := evil.DiscoveryV1().EndpointSlices(ns).Get(ctx, sharednode.AddressSliceKubelet, metav1.GetOptions{})
+			return err == nil && len(s.Ports) == 1 && s.Endpoints[0].Addresses[0] != "172.30.0.1", nil
+		})
+		if err != nil {
+			t.Errorf("the tenant's edits of its shared node's address were not undone: %v", err)
+		}
+		hostSvc := &corev1.Service{}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: hostName}, hostSvc); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range hostSvc.Spec.Ports {
+			if p.Port == 6443 {
+				t.Errorf("the host's Service of the address took the tenant's port %v", p)
+			}
+		}
+		hostSlices, err := hostCS.DiscoveryV1().EndpointSlices(nsA).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + hostName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range hostSlices.Items {
+			for _, e := range s.Endpoints {
+				if slices.Contains(e.Addresses, "172.30.0.1") {
+					t.Errorf("the host's EndpointSlice %s of the address points at the host's apiserver", s.Name)
+				}
+			}
+		}
+		// The attacker's own kubelet API (logs) still works through the address.
+		if logs, ok := runTenantPod(t, ctx, evil, "after-address-edit", sharedNode, "echo still here"); !ok || !strings.Contains(logs, "still here") {
+			t.Errorf("a pod's logs through the shared node's address after the edit: %q (ok %v)", logs, ok)
 		}
 	})
 

@@ -20,11 +20,13 @@ import (
 // TestSharedNodeFilter runs a tenant's scheduler (nest-controlplane controllers, as the
 // operator runs it) with a shared node and an ordinary node: a pod the shared node would
 // refuse is never bound to it, but goes to the ordinary node, or stays Pending saying why when
-// it may only run on the shared node; an ordinary pod is bound to the shared node.
+// it may only run on the shared node; an ordinary pod is bound to the shared node when it asks
+// for it, and otherwise to the ordinary (lent) node first.
 func TestSharedNodeFilter(t *testing.T) {
 	_, _, client, ctx := readyTenant(t, "sched", "6b1f7a52-0000-4000-8000-000000000003")
-	addNode(t, ctx, client, "kubenest-shared", map[string]string{sharednode.LabelVirtualNode: "true"})
-	addNode(t, ctx, client, "lent-1", nil)
+	// The shared node has the room of all the host's nodes, a lent node that of one.
+	addNode(t, ctx, client, "kubenest-shared", "40", map[string]string{sharednode.LabelVirtualNode: "true"})
+	addNode(t, ctx, client, "lent-1", "4", nil)
 	waitServiceAccount(t, ctx, client, "default", "default")
 
 	pod := func(name, node string, change func(*corev1.PodSpec)) *corev1.Pod {
@@ -47,6 +49,9 @@ func TestSharedNodeFilter(t *testing.T) {
 		s.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs.example", Path: "/export"}}}}
 	}
 	pod("ordinary", "kubenest-shared", nil)
+	for i := range 3 {
+		pod(fmt.Sprintf("unpinned-%d", i), "", nil)
+	}
 	pod("nfs", "", nfs)
 	pod("nfs-pinned", "kubenest-shared", nfs)
 	pod("host-network-pinned", "kubenest-shared", func(s *corev1.PodSpec) { s.HostNetwork = true })
@@ -66,6 +71,9 @@ func TestSharedNodeFilter(t *testing.T) {
 		}
 	}
 	boundTo("ordinary", "kubenest-shared")
+	for i := range 3 {
+		boundTo(fmt.Sprintf("unpinned-%d", i), "lent-1")
+	}
 	boundTo("nfs", "lent-1")
 
 	pendingSaying := func(name string, says ...string) {
@@ -101,8 +109,9 @@ func TestSharedNodeFilter(t *testing.T) {
 	pendingSaying("host-network-pinned", "spec.hostNetwork")
 }
 
-// addNode adds a Ready node with room for pods; nothing runs behind it.
-func addNode(t *testing.T, ctx context.Context, client kubernetes.Interface, name string, labels map[string]string) {
+// addNode adds a Ready node with room for pods (cpus, and 2 GiB of memory for each); nothing
+// runs behind it.
+func addNode(t *testing.T, ctx context.Context, client kubernetes.Interface, name, cpus string, labels map[string]string) {
 	t.Helper()
 	l := map[string]string{corev1.LabelHostname: name, corev1.LabelOSStable: "linux"}
 	for k, v := range labels {
@@ -112,7 +121,9 @@ func addNode(t *testing.T, ctx context.Context, client kubernetes.Interface, nam
 	if err != nil {
 		t.Fatalf("creating node %s: %v", name, err)
 	}
-	room := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}
+	cpu := resource.MustParse(cpus)
+	memory := resource.NewQuantity(cpu.Value()<<31, resource.BinarySI)
+	room := corev1.ResourceList{corev1.ResourceCPU: cpu, corev1.ResourceMemory: *memory, corev1.ResourcePods: resource.MustParse("110")}
 	now := metav1.Now()
 	node.Status = corev1.NodeStatus{
 		Capacity: room, Allocatable: room,

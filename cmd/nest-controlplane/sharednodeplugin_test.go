@@ -11,7 +11,7 @@ import (
 )
 
 // TestSchedulerConfig checks the configuration the scheduler is started with: the shared-node
-// filter in every profile, and what the flags or the given --config said kept.
+// plugin in every profile (weighted), and what the flags or the given --config said kept.
 func TestSchedulerConfig(t *testing.T) {
 	load := func(t *testing.T, args ...string) *configv1.KubeSchedulerConfiguration {
 		t.Helper()
@@ -69,7 +69,7 @@ profiles:
 		}
 		cfg := load(t, "--config="+path)
 		if len(cfg.Profiles) != 2 || cfg.ClientConnection.Kubeconfig != "/given.kubeconfig" || cfg.Profiles[1].Plugins.MultiPoint.Enabled[0].Name != "NodeResourcesFit" {
-			t.Errorf("got %+v, want the given configuration with the filter added", cfg)
+			t.Errorf("got %+v, want the given configuration with the plugin added", cfg)
 		}
 	})
 

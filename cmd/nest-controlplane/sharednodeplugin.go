@@ -20,26 +20,35 @@ import (
 	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
 
-// sharedNodePlugin is the tenant scheduler's filter that keeps pods off the shared node when
-// the shared node would refuse them (sharednode.Check): such a pod goes to a lent node, or
-// stays Pending with the refusal in its PodScheduled condition, instead of being bound to a
-// node that fails it.
-const sharedNodePlugin = "KubeNestSharedNode"
-
-type sharedNodeFilter struct{}
-
-var (
-	_ fwk.FilterPlugin      = sharedNodeFilter{}
-	_ fwk.EnqueueExtensions = sharedNodeFilter{}
+// sharedNodePlugin is the tenant scheduler's plugin for the shared node:
+//   - its filter keeps pods off the shared node when the shared node would refuse them
+//     (sharednode.Check): such a pod goes to a lent node, or stays Pending with the refusal in
+//     its PodScheduled condition, instead of being bound to a node that fails it;
+//   - its score puts pods on the tenant's lent nodes before the shared node: a lent node is the
+//     tenant's own, the shared node the overflow. The shared node scores 0, any other node the
+//     maximum, with sharedNodeWeight: enough to outweigh how full the nodes are (a lent node's
+//     requests against the shared node's sum of host nodes), not a required node affinity or a
+//     taint.
+const (
+	sharedNodePlugin = "KubeNestSharedNode"
+	sharedNodeWeight = 3
 )
 
-func newSharedNodeFilter(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
-	return sharedNodeFilter{}, nil
+type sharedNodeScheduling struct{}
+
+var (
+	_ fwk.FilterPlugin      = sharedNodeScheduling{}
+	_ fwk.ScorePlugin       = sharedNodeScheduling{}
+	_ fwk.EnqueueExtensions = sharedNodeScheduling{}
+)
+
+func newSharedNodePlugin(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
+	return sharedNodeScheduling{}, nil
 }
 
-func (sharedNodeFilter) Name() string { return sharedNodePlugin }
+func (sharedNodeScheduling) Name() string { return sharedNodePlugin }
 
-func (sharedNodeFilter) Filter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+func (sharedNodeScheduling) Filter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	if !sharednode.IsSharedNode(nodeInfo.Node()) {
 		return nil
 	}
@@ -49,20 +58,29 @@ func (sharedNodeFilter) Filter(_ context.Context, _ fwk.CycleState, pod *corev1.
 	return nil
 }
 
+func (sharedNodeScheduling) Score(_ context.Context, _ fwk.CycleState, _ *corev1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	if sharednode.IsSharedNode(nodeInfo.Node()) {
+		return fwk.MinNodeScore, nil
+	}
+	return fwk.MaxNodeScore, nil
+}
+
+func (sharedNodeScheduling) ScoreExtensions() fwk.ScoreExtensions { return nil }
+
 // EventsToRegister: a pod refused here may fit a node that is added (a node lent to the
 // tenant) or relabelled.
-func (sharedNodeFilter) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+func (sharedNodeScheduling) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel}}}, nil
 }
 
-// newSchedulerCommand is kube-scheduler with the shared-node filter compiled in and enabled in
+// newSchedulerCommand is kube-scheduler with the shared-node plugin compiled in and enabled in
 // every profile. Upstream enables a plugin of its own build only through a configuration file,
 // so the command is given one (--config) before it starts: the file it was given with the
 // plugin added to each profile, or, without --config, the configuration its flags make (the
 // deprecated client and profiling flags carry over) with the plugin in the default profile.
 // The file is written in the temporary directory.
 func newSchedulerCommand() *cobra.Command {
-	cmd := waitFirst(scheduler.NewSchedulerCommand(scheduler.WithPlugin(sharedNodePlugin, newSharedNodeFilter)), "kubeconfig", waitForAPIServer)
+	cmd := waitFirst(scheduler.NewSchedulerCommand(scheduler.WithPlugin(sharedNodePlugin, newSharedNodePlugin)), "kubeconfig", waitForAPIServer)
 	run := cmd.RunE
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		if f := c.Flags().Lookup("version"); f != nil && f.Value.String() != "false" {
@@ -75,7 +93,7 @@ func newSchedulerCommand() *cobra.Command {
 		if err := c.Flags().Set("config", path); err != nil {
 			return err
 		}
-		klog.InfoS("Scheduler configuration written, with KubeNest's shared-node filter in every profile", "config", path, "plugin", sharedNodePlugin)
+		klog.InfoS("Scheduler configuration written, with KubeNest's shared-node plugin in every profile", "config", path, "plugin", sharedNodePlugin)
 		return run(c, args)
 	}
 	return cmd
@@ -96,7 +114,7 @@ func writeSchedulerConfig(flags *pflag.FlagSet) (string, error) {
 		if p.Plugins == nil {
 			p.Plugins = &configv1.Plugins{}
 		}
-		p.Plugins.MultiPoint.Enabled = append(p.Plugins.MultiPoint.Enabled, configv1.Plugin{Name: sharedNodePlugin})
+		p.Plugins.MultiPoint.Enabled = append(p.Plugins.MultiPoint.Enabled, configv1.Plugin{Name: sharedNodePlugin, Weight: ptr.To[int32](sharedNodeWeight)})
 	}
 	data, err := yaml.Marshal(cfg)
 	if err != nil {
@@ -125,7 +143,7 @@ func schedulerConfig(flags *pflag.FlagSet) (*configv1.KubeSchedulerConfiguration
 			return nil, fmt.Errorf("--config %s: %w", path, err)
 		}
 		if want := configv1.SchemeGroupVersion.String(); cfg.APIVersion != want || cfg.Kind != "KubeSchedulerConfiguration" {
-			return nil, fmt.Errorf("--config %s: apiVersion %q kind %q: the shared-node filter is added to %s KubeSchedulerConfiguration only", path, cfg.APIVersion, cfg.Kind, want)
+			return nil, fmt.Errorf("--config %s: apiVersion %q kind %q: the shared-node plugin is added to %s KubeSchedulerConfiguration only", path, cfg.APIVersion, cfg.Kind, want)
 		}
 		return cfg, nil
 	}

@@ -290,6 +290,47 @@ func TestSync(t *testing.T) {
 		}
 	})
 
+	t.Run("an extended resource the tenant adds to the node is its own accounting", func(t *testing.T) {
+		// As upstream's e2e framework adds one (AddExtendedResource), and a device plugin would.
+		const foo = corev1.ResourceName("example.com/foo")
+		patch := `{"status":{"capacity":{"example.com/foo":"5"},"allocatable":{"example.com/foo":"5"}}}`
+		if _, err := tc.CoreV1().Nodes().Patch(ctx, nodeName, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "counted", Namespace: tenantNS}, Spec: corev1.PodSpec{
+			NodeName: nodeName,
+			Containers: []corev1.Container{{Name: "c", Image: "kubenest.io/busybox:1.35", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{foo: resource.MustParse("2"), corev1.ResourceCPU: resource.MustParse("100m")},
+				Limits:   corev1.ResourceList{foo: resource.MustParse("2")},
+			}}},
+		}}
+		createTenantPod(t, ctx, tc, pod)
+		hp := waitHostPod(t, ctx, hc, clustertree.HostName(vcName, tenantNS, "counted"))
+		res := hp.Spec.Containers[0].Resources
+		if _, asked := res.Requests[foo]; asked || len(res.Limits) != 0 || res.Requests.Cpu().String() != "100m" {
+			t.Errorf("host pod resources %+v, want the CPU request only: the host has no %s", res, foo)
+		}
+		// Once the node's status has been written again, the tenant's resource is still there.
+		patched := time.Now().Truncate(time.Second)
+		var n *corev1.Node
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			var err error
+			n, err = tc.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			return err == nil && slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+				return c.Type == corev1.NodeReady && c.LastHeartbeatTime.After(patched)
+			}), nil
+		})
+		if err != nil {
+			t.Fatalf("the node's status was not written again: %v", err)
+		}
+		if q := n.Status.Allocatable[foo]; q.String() != "5" || n.Status.Allocatable.Cpu().String() != "4" {
+			t.Errorf("node allocatable %v, want the host's with %s: 5", n.Status.Allocatable, foo)
+		}
+		if err := tc.CoreV1().Pods(tenantNS).Delete(ctx, "counted", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("an endpoint is copied once its host pod has the address", func(t *testing.T) {
 		waitHostEndpoints(t, ctx, hc, shop, []string{webIP, "10.244.7.5"})
 	})
@@ -341,6 +382,10 @@ func TestSync(t *testing.T) {
 	})
 
 	t.Run("label changes follow, under KubeNest's prefix", func(t *testing.T) {
+		// A pod whose host pod last changed a few seconds ago: virtual-kubelet used to write that
+		// change's report back to the tenant pod with the labels of then, undoing the tenant's
+		// new ones (statusOnlyClient).
+		time.Sleep(3 * time.Second)
 		patch := []byte(`{"metadata":{"labels":{"app":"web-v2","k8s.v1.cni.cncf.io/role":"x"}}}`)
 		if _, err := tc.CoreV1().Pods(tenantNS).Patch(ctx, "web", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
@@ -360,6 +405,14 @@ func TestSync(t *testing.T) {
 		// The downward-API file of all labels, as the host's kubelet will write it.
 		if got, want := hp.Annotations[clustertree.AnnotationTenantLabels], "app=\"web-v2\"\nk8s.v1.cni.cncf.io/role=\"x\""; got != want {
 			t.Errorf("%s = %q, want %q", clustertree.AnnotationTenantLabels, got, want)
+		}
+		// The tenant pod keeps its labels, and never carries what clustertree notes for itself.
+		tp, err := tc.CoreV1().Pods(tenantNS).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, noted := tp.Annotations[clustertree.AnnotationTenantMetadata]; noted || tp.Labels["app"] != "web-v2" {
+			t.Errorf("tenant pod labels %v annotations %v, want app=web-v2 and no %s", tp.Labels, tp.Annotations, clustertree.AnnotationTenantMetadata)
 		}
 	})
 

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
@@ -148,9 +149,17 @@ func Run(ctx context.Context, cfg Config) error {
 	// pods, and the tenant's own controllers make them again elsewhere.
 	owner := metav1.OwnerReference{APIVersion: "kubenest.io/v1alpha1", Kind: "VirtualCluster",
 		Name: cfg.VirtualCluster, UID: cfg.VirtualClusterUID, Controller: ptr.To(true)}
+	// What the host's shared nodes have, as last read: the virtual node's capacity, and the
+	// extended resources a host pod may ask the host for.
+	var hostCapacity atomic.Pointer[corev1.ResourceList]
+	hostCapacity.Store(&capacity)
 	tr := Translator{VirtualCluster: cfg.VirtualCluster, HostNamespace: cfg.HostNamespace, NodeName: cfg.NodeName,
 		APIServerHost: cfg.APIServerHost, APIServerPort: cfg.APIServerPort, ClusterDNS: cfg.ClusterDNS,
-		ServiceCIDR: serviceCIDR.Masked()}
+		ServiceCIDR: serviceCIDR.Masked(),
+		HostHas: func(name corev1.ResourceName) bool {
+			_, ok := (*hostCapacity.Load())[name]
+			return ok
+		}}
 	// The node's address: its own ClusterIP, where its NodePorts are served (nodeaddress.go);
 	// the operator's address when the tenant has no Service range, or holds that ClusterIP for a
 	// Service of its own.
@@ -179,6 +188,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	mux := http.NewServeMux()
 	var prov *provider
+	vkTenant := &statusOnlyClient{Interface: tenant}
 	vnode, err := nodeutil.NewNode(cfg.NodeName, func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
 		prov = &provider{
 			tr:    tr,
@@ -188,10 +198,11 @@ func Run(ctx context.Context, cfg Config) error {
 			recorder: recorder, log: log, refused: map[string]*corev1.Pod{},
 			unreferencedGrace: max(cfg.SyncPeriod, 5*time.Second), wokeAt: cfg.WokeAt,
 		}
+		vkTenant.pods = pc.Pods
 		describeNode(pc.Node, cfg, address, kubeletPort, capacity)
-		return prov, &nodeProvider{node: pc.Node.DeepCopy(), capacity: cfg.Capacity, period: cfg.SyncPeriod}, nil
+		return prov, &nodeProvider{node: pc.Node.DeepCopy(), capacity: cfg.Capacity, read: &hostCapacity, period: cfg.SyncPeriod}, nil
 	},
-		nodeutil.WithClient(tenant),
+		nodeutil.WithClient(vkTenant),
 		nodeutil.AttachProviderRoutes(mux),
 		func(c *nodeutil.NodeConfig) error {
 			c.NumWorkers = cfg.Workers
@@ -377,10 +388,14 @@ func describeNode(n *corev1.Node, cfg Config, address string, port int, capacity
 	}
 }
 
-// nodeProvider keeps the virtual node's capacity that of the host's shared nodes.
+// nodeProvider keeps the virtual node's capacity that of the host's shared nodes, and read
+// what it last read. Only what the host gives is written: a resource the tenant adds to the
+// node's status itself (an extended resource of its own accounting) stays, as virtual-kubelet
+// patches only what it wrote before.
 type nodeProvider struct {
 	node     *corev1.Node
 	capacity func(context.Context) (corev1.ResourceList, error)
+	read     *atomic.Pointer[corev1.ResourceList]
 	period   time.Duration
 }
 
@@ -392,6 +407,7 @@ func (np *nodeProvider) NotifyNodeStatus(ctx context.Context, cb func(*corev1.No
 		defer t.Stop()
 		for {
 			if res, err := np.capacity(ctx); err == nil {
+				np.read.Store(&res)
 				n := np.node.DeepCopy()
 				n.Status.Capacity, n.Status.Allocatable = res, res
 				cb(n)

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"k8s.io/utils/ptr"
 )
 
@@ -383,6 +384,26 @@ func (p *provider) GetPods(context.Context) ([]*corev1.Pod, error) {
 	return out, nil
 }
 
+// withTenantOnly is a host container's resources with the extended resources only its tenant
+// container has: the tenant's own accounting, which the host pod does not ask the host for
+// (Translator.HostHas).
+func withTenantOnly(host, tenant corev1.ResourceRequirements) corev1.ResourceRequirements {
+	add := func(to, from corev1.ResourceList) corev1.ResourceList {
+		for name, q := range from {
+			if _, ok := to[name]; !ok && v1helper.IsExtendedResourceName(name) {
+				if to == nil {
+					to = corev1.ResourceList{}
+				}
+				to[name] = q
+			}
+		}
+		return to
+	}
+	out := *host.DeepCopy()
+	out.Limits, out.Requests = add(out.Limits, tenant.Limits), add(out.Requests, tenant.Requests)
+	return out
+}
+
 // tenantView is the tenant pod with what the host pod really runs.
 func (p *provider) tenantView(tenant, host *corev1.Pod) *corev1.Pod {
 	out := tenant.DeepCopy()
@@ -393,13 +414,13 @@ func (p *provider) tenantView(tenant, host *corev1.Pod) *corev1.Pod {
 	for i := range out.Spec.Containers {
 		if i < len(host.Spec.Containers) {
 			out.Spec.Containers[i].Image = host.Spec.Containers[i].Image
-			out.Spec.Containers[i].Resources = host.Spec.Containers[i].Resources
+			out.Spec.Containers[i].Resources = withTenantOnly(host.Spec.Containers[i].Resources, out.Spec.Containers[i].Resources)
 		}
 	}
 	for i := range out.Spec.InitContainers {
 		if i < len(host.Spec.InitContainers) {
 			out.Spec.InitContainers[i].Image = host.Spec.InitContainers[i].Image
-			out.Spec.InitContainers[i].Resources = host.Spec.InitContainers[i].Resources
+			out.Spec.InitContainers[i].Resources = withTenantOnly(host.Spec.InitContainers[i].Resources, out.Spec.InitContainers[i].Resources)
 		}
 	}
 	out.Spec.ActiveDeadlineSeconds = host.Spec.ActiveDeadlineSeconds

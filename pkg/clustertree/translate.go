@@ -15,8 +15,10 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"k8s.io/kubernetes/pkg/fieldpath"
 	"k8s.io/kubernetes/pkg/kubelet/envvars"
 	"k8s.io/utils/ptr"
@@ -158,6 +160,12 @@ type Translator struct {
 	// ServiceCIDR is the tenant's Service range, its slice of the host's tenant range: the
 	// only ClusterIPs its Services have in the host. Unset, no Service is copied.
 	ServiceCIDR netip.Prefix
+	// HostHas says whether the host's shared nodes have an extended resource; nil, that they
+	// have them all. A tenant pod's requests of an extended resource the host does not have
+	// are the tenant's own accounting (it advertised the resource on the virtual node, and its
+	// scheduler counted it there): the host pod does not ask the host for it, which could
+	// never give it (the host pod would stay Pending).
+	HostHas func(corev1.ResourceName) bool
 }
 
 // Refs are the tenant objects a pod needs in the host.
@@ -436,6 +444,7 @@ func (t Translator) container(c corev1.Container, base []corev1.EnvVar, name fun
 		}
 	}
 	c.Env = env
+	c.Resources = t.hostResources(c.Resources)
 	for i := range c.EnvFrom {
 		if r := c.EnvFrom[i].ConfigMapRef; r != nil {
 			refs.configMap(r.Name)
@@ -447,6 +456,26 @@ func (t Translator) container(c corev1.Container, base []corev1.EnvVar, name fun
 		}
 	}
 	return c
+}
+
+// hostResources is what a container asks the host for: its resources without the extended
+// resources the host does not have (HostHas).
+func (t Translator) hostResources(r corev1.ResourceRequirements) corev1.ResourceRequirements {
+	if t.HostHas == nil {
+		return r
+	}
+	tenantOnly := func(name corev1.ResourceName, _ resource.Quantity) bool {
+		return v1helper.IsExtendedResourceName(name) && !t.HostHas(name)
+	}
+	if r.Limits != nil {
+		r.Limits = maps.Clone(r.Limits)
+		maps.DeleteFunc(r.Limits, tenantOnly)
+	}
+	if r.Requests != nil {
+		r.Requests = maps.Clone(r.Requests)
+		maps.DeleteFunc(r.Requests, tenantOnly)
+	}
+	return r
 }
 
 // fieldPath is the host pod's field that holds what a downward-API reference to the tenant

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -1618,5 +1619,36 @@ func TestTerminated(t *testing.T) {
 	}
 	if !reflect.DeepEqual(pod, before) {
 		t.Errorf("terminated changed its argument")
+	}
+}
+
+// TestExtendedResources: a host pod asks the host only for the extended resources the host has;
+// the others are the tenant's own accounting, which the tenant's view of the pod keeps.
+func TestExtendedResources(t *testing.T) {
+	const gpu, foo = corev1.ResourceName("example.com/gpu"), corev1.ResourceName("example.com/foo")
+	tr := testTranslator()
+	tr.HostHas = func(name corev1.ResourceName) bool { return name == gpu || name == corev1.ResourceCPU }
+	tenant := testTenantPod()
+	tenant.Spec.Containers[0].Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{gpu: resource.MustParse("1"), foo: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits:   corev1.ResourceList{gpu: resource.MustParse("1"), foo: resource.MustParse("2")},
+	}
+	host, _, err := tr.Pod(tenant, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := corev1.ResourceRequirements{
+		// Memory is no extended resource: asked for, whatever HostHas says.
+		Requests: corev1.ResourceList{gpu: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits:   corev1.ResourceList{gpu: resource.MustParse("1")},
+	}
+	if got := host.Spec.Containers[0].Resources; !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("host pod resources %v, want %v", got, want)
+	}
+	if got := withTenantOnly(host.Spec.Containers[0].Resources, tenant.Spec.Containers[0].Resources); !equality.Semantic.DeepEqual(got, tenant.Spec.Containers[0].Resources) {
+		t.Errorf("tenant view's resources %v, want the tenant's %v", got, tenant.Spec.Containers[0].Resources)
+	}
+	if _, asked := tenant.Spec.Containers[0].Resources.Requests[foo]; !asked {
+		t.Error("translating changed the tenant pod")
 	}
 }

@@ -60,6 +60,9 @@ func (p *provider) mirrorHostEvent(ev *corev1.Event, since time.Time) {
 	if err != nil || (ev.InvolvedObject.UID != "" && ev.InvolvedObject.UID != hostPod.UID) {
 		return // not a host pod of this tenant's
 	}
+	if ev.Type == corev1.EventTypeNormal && writesEtcHosts(hostPod) && ev.InvolvedObject.FieldPath == "spec.initContainers{"+EtcHostsName+"}" {
+		return // the /etc/hosts writer is not the tenant's; only its trouble is told
+	}
 	tenant := minimalTenantPod(hostPod)
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: tenant.Namespace, Name: tenant.Name, UID: tenant.UID,
 		FieldPath: ev.InvolvedObject.FieldPath}

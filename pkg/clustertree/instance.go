@@ -84,6 +84,10 @@ type Config struct {
 	WokeAt time.Time
 	// Capacity is what the host's shared nodes can give, for the virtual node's status.
 	Capacity func(context.Context) (corev1.ResourceList, error)
+	// HostsImage holds nest-hosts (the KubeNest image), pulled with HostsImagePullPolicy: the
+	// /etc/hosts writer of pods with a subdomain (Translator.HostsImage).
+	HostsImage           string
+	HostsImagePullPolicy corev1.PullPolicy
 	// KubeletVersion is the version the virtual node reports.
 	KubeletVersion string
 	// Workers sync tenant pods in parallel; SyncPeriod paces the upkeep of host copies and
@@ -155,7 +159,7 @@ func Run(ctx context.Context, cfg Config) error {
 	hostCapacity.Store(&capacity)
 	tr := Translator{VirtualCluster: cfg.VirtualCluster, HostNamespace: cfg.HostNamespace, NodeName: cfg.NodeName,
 		APIServerHost: cfg.APIServerHost, APIServerPort: cfg.APIServerPort, ClusterDNS: cfg.ClusterDNS,
-		ServiceCIDR: serviceCIDR.Masked(),
+		ServiceCIDR: serviceCIDR.Masked(), HostsImage: cfg.HostsImage, HostsImagePullPolicy: cfg.HostsImagePullPolicy,
 		HostHas: func(name corev1.ResourceName) bool {
 			_, ok := (*hostCapacity.Load())[name]
 			return ok

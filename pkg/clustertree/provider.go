@@ -408,6 +408,10 @@ func withTenantOnly(host, tenant corev1.ResourceRequirements) corev1.ResourceReq
 func (p *provider) tenantView(tenant, host *corev1.Pod) *corev1.Pod {
 	out := tenant.DeepCopy()
 	out.Status = TenantStatus(host)
+	// A pod's QoS class never changes, and the tenant's apiserver set it from the tenant
+	// pod's resources, which the host pod's may differ from (the /etc/hosts writer, extended
+	// resources the host does not have).
+	out.Status.QOSClass = tenant.Status.QOSClass
 	if out.Status.ObservedGeneration == 0 {
 		SetObservedGeneration(&out.Status, tenant.Status.ObservedGeneration)
 	}
@@ -417,10 +421,11 @@ func (p *provider) tenantView(tenant, host *corev1.Pod) *corev1.Pod {
 			out.Spec.Containers[i].Resources = withTenantOnly(host.Spec.Containers[i].Resources, out.Spec.Containers[i].Resources)
 		}
 	}
+	inits := tenantInitContainers(host)
 	for i := range out.Spec.InitContainers {
-		if i < len(host.Spec.InitContainers) {
-			out.Spec.InitContainers[i].Image = host.Spec.InitContainers[i].Image
-			out.Spec.InitContainers[i].Resources = withTenantOnly(host.Spec.InitContainers[i].Resources, out.Spec.InitContainers[i].Resources)
+		if i < len(inits) {
+			out.Spec.InitContainers[i].Image = inits[i].Image
+			out.Spec.InitContainers[i].Resources = withTenantOnly(inits[i].Resources, out.Spec.InitContainers[i].Resources)
 		}
 	}
 	out.Spec.ActiveDeadlineSeconds = host.Spec.ActiveDeadlineSeconds

@@ -166,6 +166,11 @@ type Translator struct {
 	// scheduler counted it there): the host pod does not ask the host for it, which could
 	// never give it (the host pod would stay Pending).
 	HostHas func(corev1.ResourceName) bool
+	// HostsImage holds nest-hosts, which writes the /etc/hosts of a pod with a subdomain
+	// (etchosts.go), pulled with HostsImagePullPolicy. Empty, such a pod has the host
+	// kubelet's /etc/hosts, whose FQDN line names the host pod's namespace.
+	HostsImage           string
+	HostsImagePullPolicy corev1.PullPolicy
 }
 
 // Refs are the tenant objects a pod needs in the host.
@@ -266,8 +271,12 @@ func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1
 			Resources:                    spec.Resources,
 		},
 	}
+	t.withEtcHosts(host, tenant)
 	return host, refs.done(), nil
 }
+
+// clusterDomain is the tenant's cluster domain.
+const clusterDomain = "cluster.local"
 
 // dns is the host pod's resolver: the tenant's cluster DNS for pods that use the cluster's DNS,
 // with the search path a tenant node would give; never the host's cluster DNS, whose names
@@ -282,7 +291,7 @@ func (t Translator) dns(tenant *corev1.Pod) (corev1.DNSPolicy, *corev1.PodDNSCon
 	if t.ClusterDNS == "" {
 		return corev1.DNSDefault, tenant.Spec.DNSConfig.DeepCopy()
 	}
-	domain := "cluster.local"
+	domain := clusterDomain
 	cfg := &corev1.PodDNSConfig{
 		Nameservers: []string{t.ClusterDNS},
 		Searches:    []string{tenant.Namespace + ".svc." + domain, "svc." + domain, domain},
@@ -316,6 +325,12 @@ func (t Translator) Object(tenant metav1.ObjectMeta) metav1.ObjectMeta {
 func TenantStatus(host *corev1.Pod) corev1.PodStatus {
 	s := *host.Status.DeepCopy()
 	s.NominatedNodeName = ""
+	if writesEtcHosts(host) {
+		s.InitContainerStatuses = slices.DeleteFunc(s.InitContainerStatuses, func(c corev1.ContainerStatus) bool { return c.Name == EtcHostsName })
+		if len(s.InitContainerStatuses) == 0 {
+			s.InitContainerStatuses = nil
+		}
+	}
 	var observed int64
 	if gen, err := strconv.ParseInt(host.Annotations[AnnotationTenantGeneration], 10, 64); err == nil &&
 		(host.Status.ObservedGeneration == 0 || host.Status.ObservedGeneration >= host.Generation) {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	v1qos "k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
 	"k8s.io/kubernetes/pkg/fieldpath"
 	"k8s.io/utils/ptr"
 
@@ -1650,5 +1651,93 @@ func TestExtendedResources(t *testing.T) {
 	}
 	if _, asked := tenant.Spec.Containers[0].Resources.Requests[foo]; !asked {
 		t.Error("translating changed the tenant pod")
+	}
+}
+
+// TestEtcHosts: the host pod of a tenant pod with a subdomain writes the tenant's /etc/hosts
+// first, and every container that has no /etc/hosts of its own mounts it; the writer stays
+// out of the tenant's view.
+func TestEtcHosts(t *testing.T) {
+	tr := testTranslator()
+	tr.HostsImage, tr.HostsImagePullPolicy = "kubenest.io/kubenest:test", corev1.PullNever
+	tenant := testTenantPod()
+	tenant.Spec.Hostname, tenant.Spec.Subdomain = "web-0", "web"
+	tenant.Spec.HostAliases = []corev1.HostAlias{{IP: "10.1.2.3", Hostnames: []string{"db"}}}
+	tenant.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "busybox"}}
+	tenant.Spec.Containers = append(tenant.Spec.Containers, corev1.Container{Name: "own", Image: "busybox",
+		VolumeMounts: []corev1.VolumeMount{{Name: "hosts", MountPath: "/etc/hosts", SubPath: "hosts"}}})
+	tenant.Spec.Volumes = []corev1.Volume{{Name: "hosts", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "hosts"}}}}}
+
+	host, _, err := tr.Pod(tenant, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(host.Spec.InitContainers) != 2 || host.Spec.InitContainers[1].Name != "setup" {
+		t.Fatalf("init containers %v, want the writer, then setup", host.Spec.InitContainers)
+	}
+	w := host.Spec.InitContainers[0]
+	wantArgs := []string{"--file=/kubenest-etc-hosts/hosts", "--hostname=web-0", "--domain=web." + trNS + ".svc.cluster.local",
+		"--pod-ips=$(KUBENEST_POD_IPS)", `--host-aliases=[{"ip":"10.1.2.3","hostnames":["db"]}]`}
+	if w.Name != EtcHostsName || w.Image != tr.HostsImage || w.ImagePullPolicy != corev1.PullNever || !slices.Equal(w.Command, []string{HostsBinaryPath}) || !slices.Equal(w.Args, wantArgs) {
+		t.Errorf("writer %s %s %s %v %v, want args %v", w.Name, w.Image, w.ImagePullPolicy, w.Command, w.Args, wantArgs)
+	}
+	if len(w.Env) != 1 || w.Env[0].ValueFrom.FieldRef.FieldPath != "status.podIPs" {
+		t.Errorf("writer env %+v", w.Env)
+	}
+	if sc := w.SecurityContext; sc == nil || !*sc.RunAsNonRoot || *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("writer security context %+v, want Pod Security's restricted", sc)
+	}
+	hostsMount := corev1.VolumeMount{Name: EtcHostsName, MountPath: "/etc/hosts", SubPath: "hosts"}
+	for _, c := range []corev1.Container{host.Spec.Containers[0], host.Spec.InitContainers[1]} {
+		if !slices.Contains(c.VolumeMounts, hostsMount) {
+			t.Errorf("container %s mounts %v, want the tenant's /etc/hosts", c.Name, c.VolumeMounts)
+		}
+	}
+	if own := host.Spec.Containers[1].VolumeMounts; len(own) != 1 || own[0].Name != "hosts" {
+		t.Errorf("container own mounts %v, want its own /etc/hosts only", own)
+	}
+	if !slices.ContainsFunc(host.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == EtcHostsName && v.EmptyDir != nil }) {
+		t.Errorf("volumes %v, want %s", host.Spec.Volumes, EtcHostsName)
+	}
+
+	// The tenant sees its own init containers and their statuses only.
+	if got := tenantInitContainers(host); len(got) != 1 || got[0].Name != "setup" {
+		t.Errorf("tenant init containers %v", got)
+	}
+	host.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: EtcHostsName}, {Name: "setup"}}
+	if got := TenantStatus(host).InitContainerStatuses; len(got) != 1 || got[0].Name != "setup" {
+		t.Errorf("tenant init container statuses %v", got)
+	}
+
+	// The host pod has the tenant pod's QoS class, whatever it is.
+	for _, res := range []corev1.ResourceRequirements{
+		{},
+		{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}},
+		{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+			Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}},
+	} {
+		qosPod := tenant.DeepCopy()
+		for i := range qosPod.Spec.Containers {
+			qosPod.Spec.Containers[i].Resources = res
+		}
+		qosPod.Spec.InitContainers[0].Resources = res
+		host, _, _ := tr.Pod(qosPod, nil)
+		if want, got := v1qos.ComputePodQOS(qosPod), v1qos.ComputePodQOS(host); got != want || len(host.Spec.InitContainers) != 2 {
+			t.Errorf("host pod QoS %s, the tenant pod's %s", got, want)
+		}
+	}
+
+	// No subdomain: the host kubelet's /etc/hosts is the tenant's already.
+	tenant.Spec.Subdomain = ""
+	if host, _, _ := tr.Pod(tenant, nil); len(host.Spec.InitContainers) != 1 || host.Annotations[AnnotationEtcHosts] != "" {
+		t.Errorf("without a subdomain: init containers %v", host.Spec.InitContainers)
+	}
+	// A tenant init container of that name is the tenant's own, and no writer is added.
+	tenant.Spec.Subdomain = "web"
+	tenant.Spec.InitContainers[0].Name = EtcHostsName
+	host, _, _ = tr.Pod(tenant, nil)
+	if got := tenantInitContainers(host); len(host.Spec.InitContainers) != 1 || len(got) != 1 || got[0].Image != "busybox" {
+		t.Errorf("with a tenant container named %s: host %v, tenant's %v", EtcHostsName, host.Spec.InitContainers, got)
 	}
 }

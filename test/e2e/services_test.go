@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -105,6 +106,30 @@ echo reached the tenant apiserver at kubernetes.default.svc`, web.Spec.ClusterIP
 		}
 	}
 	t.Run("from the shared node", func(t *testing.T) { check(t, sharedNode) })
+
+	// A pod with a subdomain (a StatefulSet's, say) finds its FQDN, in the tenant's namespace
+	// and cluster domain, in its /etc/hosts, as on a kubelet of the tenant's own.
+	t.Run("a pod with a subdomain has its FQDN in /etc/hosts on the shared node", func(t *testing.T) {
+		pod := scriptPod("fqdn", sharedNode, "cat /etc/hosts; getent hosts fqdn-0.web-headless.default.svc.cluster.local || grep -F fqdn-0.web-headless.default.svc.cluster.local /etc/hosts")
+		pod.Spec.Hostname, pod.Spec.Subdomain = "fqdn-0", "web-headless"
+		out, ok := runTenantPodSpec(t, ctx, tenant, pod)
+		if !ok || !regexp.MustCompile(`(?m)^[0-9.]+\s+fqdn-0\.web-headless\.default\.svc\.cluster\.local\s+fqdn-0$`).MatchString(out) {
+			t.Fatalf("the pod's /etc/hosts has no line <IP> fqdn-0.web-headless.default.svc.cluster.local fqdn-0:\n%s", out)
+		}
+		if strings.Contains(out, ns+".svc") {
+			t.Errorf("the pod's /etc/hosts names the host's namespace %s:\n%s", ns, out)
+		}
+		// The writer of the file is KubeNest's: the tenant sees no event of it.
+		events, err := tenant.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=fqdn"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range events.Items {
+			if strings.Contains(e.InvolvedObject.FieldPath, clustertree.EtcHostsName) {
+				t.Errorf("the tenant sees event %s %q of %s", e.Reason, e.Message, e.InvolvedObject.FieldPath)
+			}
+		}
+	})
 
 	// A NodePort answers at the shared node's address, a ClusterIP of the tenant's own range
 	// that leads to the NodePort proxy of its control plane; and the kubelet API (logs) is

@@ -392,10 +392,10 @@ func describeNode(n *corev1.Node, cfg Config, address string, port int, capacity
 	}
 }
 
-// nodeProvider keeps the virtual node's capacity that of the host's shared nodes, and read
-// what it last read. Only what the host gives is written: a resource the tenant adds to the
-// node's status itself (an extended resource of its own accounting) stays, as virtual-kubelet
-// patches only what it wrote before.
+// nodeProvider keeps the virtual node's capacity that of the host's shared nodes, and stores
+// what it read in read (for Translator.HostHas). Only what the host gives is written: a
+// resource the tenant adds to the node's status itself (an extended resource of its own
+// accounting) stays, as virtual-kubelet patches only what it wrote before.
 type nodeProvider struct {
 	node     *corev1.Node
 	capacity func(context.Context) (corev1.ResourceList, error)

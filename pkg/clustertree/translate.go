@@ -291,10 +291,9 @@ func (t Translator) dns(tenant *corev1.Pod) (corev1.DNSPolicy, *corev1.PodDNSCon
 	if t.ClusterDNS == "" {
 		return corev1.DNSDefault, tenant.Spec.DNSConfig.DeepCopy()
 	}
-	domain := clusterDomain
 	cfg := &corev1.PodDNSConfig{
 		Nameservers: []string{t.ClusterDNS},
-		Searches:    []string{tenant.Namespace + ".svc." + domain, "svc." + domain, domain},
+		Searches:    []string{tenant.Namespace + ".svc." + clusterDomain, "svc." + clusterDomain, clusterDomain},
 		Options:     []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("5")}},
 	}
 	if own := tenant.Spec.DNSConfig; own != nil {

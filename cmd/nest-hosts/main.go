@@ -12,8 +12,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/kubenest-io/kubenest/internal/atomicfile"
 )
 
 // hostAlias is a pod's spec.hostAliases entry.
@@ -45,7 +46,7 @@ tenant pod with a subdomain, so that the FQDN names the tenant's namespace and c
 		err = fmt.Errorf("--file: required")
 	}
 	if err == nil {
-		err = writeFile(*file, content)
+		err = atomicfile.Write(*file, content, 0o644)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nest-hosts:", err)
@@ -95,25 +96,4 @@ func hostsFile(hostname, domain, podIPs, aliasesJSON string) ([]byte, error) {
 		}
 	}
 	return b.Bytes(), nil
-}
-
-// writeFile writes the file whole: a temporary file beside it, renamed over it.
-func writeFile(path string, content []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".hosts-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(content); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -1456,7 +1456,7 @@ func TestTenantView(t *testing.T) {
 	tenant.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox:1.36"}}
 	tenant.Spec.Containers = append(tenant.Spec.Containers, corev1.Container{Name: "sidecar", Image: "envoy:1"})
 	tenant.Spec.ActiveDeadlineSeconds = ptr.To[int64](600)
-	tenant.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	tenant.Status = corev1.PodStatus{Phase: corev1.PodPending, QOSClass: corev1.PodQOSBurstable}
 
 	host, _, err := testTranslator().Pod(tenant, nil)
 	if err != nil {
@@ -1486,6 +1486,7 @@ func TestTenantView(t *testing.T) {
 		host.Spec.ActiveDeadlineSeconds = ptr.To[int64](300)
 		// Made from other labels than the tenant pod has now.
 		host.Annotations[AnnotationTenantMetadata] = "0123456789abcdef"
+		host.Status.QOSClass = corev1.PodQOSGuaranteed // its resources differ from the tenant's
 		hostBefore := host.DeepCopy()
 
 		got := (&provider{}).tenantView(tenant, host)
@@ -1505,8 +1506,10 @@ func TestTenantView(t *testing.T) {
 		if !reflect.DeepEqual(got.Labels, tenant.Labels) {
 			t.Errorf("labels = %v, want the tenant's %v", got.Labels, tenant.Labels)
 		}
-		if want := TenantStatus(host); !reflect.DeepEqual(got.Status, want) {
-			t.Errorf("status = %+v, want the host's %+v", got.Status, want)
+		want := TenantStatus(host)
+		want.QOSClass = tenant.Status.QOSClass // immutable: the tenant's
+		if !reflect.DeepEqual(got.Status, want) {
+			t.Errorf("status = %+v, want the host's with the tenant's QoS class %+v", got.Status, want)
 		}
 		if got.Name != tenant.Name || got.Namespace != tenant.Namespace || got.UID != tenant.UID || got.Spec.NodeName != trNode {
 			t.Errorf("tenantView is %s/%s (%s) on %q, want the tenant pod", got.Namespace, got.Name, got.UID, got.Spec.NodeName)

@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	vklog "github.com/virtual-kubelet/virtual-kubelet/log"
@@ -153,17 +152,15 @@ func Run(ctx context.Context, cfg Config) error {
 	// pods, and the tenant's own controllers make them again elsewhere.
 	owner := metav1.OwnerReference{APIVersion: "kubenest.io/v1alpha1", Kind: "VirtualCluster",
 		Name: cfg.VirtualCluster, UID: cfg.VirtualClusterUID, Controller: ptr.To(true)}
-	// What the host's shared nodes have, as last read: the virtual node's capacity, and the
-	// extended resources a host pod may ask the host for.
-	var hostCapacity atomic.Pointer[corev1.ResourceList]
-	hostCapacity.Store(&capacity)
+	// The resources the host's nodes have had, since this run started: the extended resources a
+	// host pod may ask the host for. A resource stays once seen, so a pod asks for a GPU even
+	// while the GPU nodes are not Ready (and waits for them).
+	hostResources := &resourceNames{}
+	hostResources.add(capacity)
 	tr := Translator{VirtualCluster: cfg.VirtualCluster, HostNamespace: cfg.HostNamespace, NodeName: cfg.NodeName,
 		APIServerHost: cfg.APIServerHost, APIServerPort: cfg.APIServerPort, ClusterDNS: cfg.ClusterDNS,
 		ServiceCIDR: serviceCIDR.Masked(), HostsImage: cfg.HostsImage, HostsImagePullPolicy: cfg.HostsImagePullPolicy,
-		HostHas: func(name corev1.ResourceName) bool {
-			_, ok := (*hostCapacity.Load())[name]
-			return ok
-		}}
+		HostHas: hostResources.has}
 	// The node's address: its own ClusterIP, where its NodePorts are served (nodeaddress.go);
 	// the operator's address when the tenant has no Service range, or holds that ClusterIP for a
 	// Service of its own.
@@ -204,7 +201,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		vkTenant.pods = pc.Pods
 		describeNode(pc.Node, cfg, address, kubeletPort, capacity)
-		return prov, &nodeProvider{node: pc.Node.DeepCopy(), capacity: cfg.Capacity, read: &hostCapacity, period: cfg.SyncPeriod}, nil
+		return prov, &nodeProvider{node: pc.Node.DeepCopy(), capacity: cfg.Capacity, read: hostResources.add, period: cfg.SyncPeriod}, nil
 	},
 		nodeutil.WithClient(vkTenant),
 		nodeutil.AttachProviderRoutes(mux),
@@ -392,15 +389,29 @@ func describeNode(n *corev1.Node, cfg Config, address string, port int, capacity
 	}
 }
 
-// nodeProvider keeps the virtual node's capacity that of the host's shared nodes, and stores
-// what it read in read (for Translator.HostHas). Only what the host gives is written: a
-// resource the tenant adds to the node's status itself (an extended resource of its own
-// accounting) stays, as virtual-kubelet patches only what it wrote before.
+// nodeProvider keeps the virtual node's capacity that of the host's shared nodes, and passes
+// what it read to read. Only what the host gives is written: a resource the tenant adds to the
+// node's status itself (an extended resource of its own accounting) stays, as virtual-kubelet
+// patches only what it wrote before.
 type nodeProvider struct {
 	node     *corev1.Node
 	capacity func(context.Context) (corev1.ResourceList, error)
-	read     *atomic.Pointer[corev1.ResourceList]
+	read     func(corev1.ResourceList)
 	period   time.Duration
+}
+
+// resourceNames is a set of resource names that only grows.
+type resourceNames struct{ names sync.Map }
+
+func (r *resourceNames) add(l corev1.ResourceList) {
+	for name := range l {
+		r.names.Store(name, true)
+	}
+}
+
+func (r *resourceNames) has(name corev1.ResourceName) bool {
+	_, ok := r.names.Load(name)
+	return ok
 }
 
 func (np *nodeProvider) Ping(context.Context) error { return nil }
@@ -411,7 +422,7 @@ func (np *nodeProvider) NotifyNodeStatus(ctx context.Context, cb func(*corev1.No
 		defer t.Stop()
 		for {
 			if res, err := np.capacity(ctx); err == nil {
-				np.read.Store(&res)
+				np.read(res)
 				n := np.node.DeepCopy()
 				n.Status.Capacity, n.Status.Allocatable = res, res
 				cb(n)

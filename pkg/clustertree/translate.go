@@ -160,7 +160,7 @@ type Translator struct {
 	// ServiceCIDR is the tenant's Service range, its slice of the host's tenant range: the
 	// only ClusterIPs its Services have in the host. Unset, no Service is copied.
 	ServiceCIDR netip.Prefix
-	// HostHas says whether the host's shared nodes have an extended resource; nil, that they
+	// HostHas says whether the host's nodes have (had) an extended resource; nil, that they
 	// have them all. A tenant pod's requests of an extended resource the host does not have
 	// are the tenant's own accounting (it advertised the resource on the virtual node, and its
 	// scheduler counted it there): the host pod does not ask the host for it, which could

@@ -169,7 +169,7 @@ func (p *provider) createPod(ctx context.Context, pod *corev1.Pod) error {
 // withResources gives pod the containers' resources of want; false when they are the same.
 func withResources(pod, want *corev1.Pod) bool {
 	changed := false
-	for _, pair := range [][2][]corev1.Container{{pod.Spec.Containers, want.Spec.Containers}, {pod.Spec.InitContainers, want.Spec.InitContainers}} {
+	for _, pair := range [][2][]corev1.Container{{pod.Spec.Containers, want.Spec.Containers}, {tenantInitContainers(pod), tenantInitContainers(want)}} {
 		for i := range min(len(pair[0]), len(pair[1])) {
 			if !equality.Semantic.DeepEqual(pair[0][i].Resources, pair[1][i].Resources) {
 				pair[0][i].Resources = pair[1][i].Resources
@@ -255,13 +255,16 @@ func (p *provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	pods := p.host.CoreV1().Pods(p.tr.HostNamespace)
 	opts := metav1.UpdateOptions{FieldManager: fieldManager}
 	current, err = p.writeHostPod(ctx, current, func(next *corev1.Pod) bool {
+		// The tenant's init containers pair by their place in the tenant pod, whether or not
+		// the host pod has the /etc/hosts writer (one made before KubeNest added it has none).
+		nextInits, wantInits := tenantInitContainers(next), tenantInitContainers(want)
 		next.Labels, next.Annotations = want.Labels, want.Annotations
 		next.Spec.ActiveDeadlineSeconds = want.Spec.ActiveDeadlineSeconds
 		for i := range min(len(next.Spec.Containers), len(want.Spec.Containers)) {
 			next.Spec.Containers[i].Image = want.Spec.Containers[i].Image
 		}
-		for i := range min(len(next.Spec.InitContainers), len(want.Spec.InitContainers)) {
-			next.Spec.InitContainers[i].Image = want.Spec.InitContainers[i].Image
+		for i := range min(len(nextInits), len(wantInits)) {
+			nextInits[i].Image = wantInits[i].Image
 		}
 		return true
 	}, func(next *corev1.Pod) (*corev1.Pod, error) { return pods.Update(ctx, next, opts) })

@@ -1731,6 +1731,18 @@ func TestEtcHosts(t *testing.T) {
 		}
 	}
 
+	// A host pod made before KubeNest wrote /etc/hosts: the tenant's init containers still
+	// pair by their place.
+	withoutWriter := tr
+	withoutWriter.HostsImage = ""
+	old, _, _ := withoutWriter.Pod(tenant, nil)
+	resized := tenant.DeepCopy()
+	resized.Spec.InitContainers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m")}
+	want, _, _ := tr.Pod(resized, nil)
+	if !withResources(old, want) || len(old.Spec.InitContainers) != 1 || old.Spec.InitContainers[0].Resources.Requests.Cpu().String() != "200m" {
+		t.Errorf("resizing a host pod without the writer: init containers %+v", old.Spec.InitContainers)
+	}
+
 	// No subdomain: the host kubelet's /etc/hosts is the tenant's already.
 	tenant.Spec.Subdomain = ""
 	if host, _, _ := tr.Pod(tenant, nil); len(host.Spec.InitContainers) != 1 || host.Annotations[AnnotationEtcHosts] != "" {

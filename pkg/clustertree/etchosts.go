@@ -2,7 +2,9 @@ package clustertree
 
 import (
 	"encoding/json"
+	"regexp"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -120,4 +122,29 @@ func tenantInitContainers(host *corev1.Pod) []corev1.Container {
 		return host.Spec.InitContainers[1:]
 	}
 	return host.Spec.InitContainers
+}
+
+// containerLists are the lists of container names a kubelet writes in a pod condition's
+// message: "containers with incomplete status: [a b]".
+var containerLists = regexp.MustCompile(`containers with [a-z]+ status: \[([^\]]*)\]`)
+
+// withoutWriter is a pod condition's message without the /etc/hosts writer's name; a list of
+// only that name goes, with its separator.
+func withoutWriter(msg string) string {
+	if !strings.Contains(msg, EtcHostsName) {
+		return msg
+	}
+	var parts []string
+	for _, part := range strings.Split(msg, ", ") {
+		m := containerLists.FindStringSubmatchIndex(part)
+		if m == nil {
+			parts = append(parts, part)
+			continue
+		}
+		names := slices.DeleteFunc(strings.Fields(part[m[2]:m[3]]), func(n string) bool { return n == EtcHostsName })
+		if len(names) > 0 {
+			parts = append(parts, part[:m[2]]+strings.Join(names, " ")+part[m[3]:])
+		}
+	}
+	return strings.Join(parts, ", ")
 }

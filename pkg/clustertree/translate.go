@@ -329,6 +329,9 @@ func TenantStatus(host *corev1.Pod) corev1.PodStatus {
 		if len(s.InitContainerStatuses) == 0 {
 			s.InitContainerStatuses = nil
 		}
+		for i := range s.Conditions {
+			s.Conditions[i].Message = withoutWriter(s.Conditions[i].Message)
+		}
 	}
 	var observed int64
 	if gen, err := strconv.ParseInt(host.Annotations[AnnotationTenantGeneration], 10, 64); err == nil &&

@@ -1709,8 +1709,16 @@ func TestEtcHosts(t *testing.T) {
 		t.Errorf("tenant init containers %v", got)
 	}
 	host.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: EtcHostsName}, {Name: "setup"}}
-	if got := TenantStatus(host).InitContainerStatuses; len(got) != 1 || got[0].Name != "setup" {
-		t.Errorf("tenant init container statuses %v", got)
+	host.Status.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodInitialized, Status: corev1.ConditionFalse, Message: "containers with incomplete status: [kubenest-etc-hosts setup]"},
+		{Type: corev1.PodReady, Status: corev1.ConditionFalse, Message: "containers with unknown status: [kubenest-etc-hosts], containers with unready status: [main own]"},
+	}
+	got := TenantStatus(host)
+	if len(got.InitContainerStatuses) != 1 || got.InitContainerStatuses[0].Name != "setup" {
+		t.Errorf("tenant init container statuses %v", got.InitContainerStatuses)
+	}
+	if m0, m1 := got.Conditions[0].Message, got.Conditions[1].Message; m0 != "containers with incomplete status: [setup]" || m1 != "containers with unready status: [main own]" {
+		t.Errorf("condition messages %q, %q: want them without the writer", m0, m1)
 	}
 
 	// The host pod has the tenant pod's QoS class, whatever it is.

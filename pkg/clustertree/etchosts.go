@@ -37,9 +37,10 @@ const (
 // A tenant pod that already names a container or volume EtcHostsName keeps the host kubelet's.
 func (t Translator) withEtcHosts(host *corev1.Pod, tenant *corev1.Pod) {
 	spec := &host.Spec
+	named := func(c corev1.Container) bool { return c.Name == EtcHostsName }
 	if tenant.Spec.Subdomain == "" || t.HostsImage == "" ||
 		slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == EtcHostsName }) ||
-		slices.ContainsFunc(append(slices.Clone(spec.InitContainers), spec.Containers...), func(c corev1.Container) bool { return c.Name == EtcHostsName }) {
+		slices.ContainsFunc(spec.InitContainers, named) || slices.ContainsFunc(spec.Containers, named) {
 		return
 	}
 	args := []string{

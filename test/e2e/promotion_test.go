@@ -248,13 +248,40 @@ func waitPoolNode(t *testing.T, ctx context.Context, ok func(*v1alpha1.PoolNode)
 
 func waitTenantNodeReady(t *testing.T, ctx context.Context, tenant kubernetes.Interface, name string) {
 	t.Helper()
+	var n *corev1.Node
+	var getErr error
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		n, err := tenant.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		return err == nil && nodeIsReady(n), nil
+		n, getErr = tenant.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		return getErr == nil && nodeIsReady(n), nil
 	})
-	if err != nil {
-		t.Fatalf("node %s not Ready in the tenant: %v", name, err)
+	if err == nil {
+		return
 	}
+	// Say why, in the failure itself: the tenant's view of the node, the agent's, and the
+	// kubelet's own last errors (its log is the local cluster's; CI keeps only the output).
+	why := fmt.Sprintf("get: %v", getErr)
+	if getErr == nil {
+		why = fmt.Sprintf("conditions %+v", n.Status.Conditions)
+	}
+	pn := &v1alpha1.PoolNode{}
+	_ = host.Get(ctx, client.ObjectKey{Name: name}, pn)
+	t.Fatalf("node %s not Ready in the tenant: %v\n%s\nPoolNode: %+v\nthe kubelet's last errors:\n%s",
+		name, err, why, pn.Status, lastErrors(filepath.Join("..", "..", "_output", "local", "logs", name+"-kubelet.log"), 12))
+}
+
+// lastErrors returns the last n error lines (klog's "E" prefix) of a log file.
+func lastErrors(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var errs []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "E") {
+			errs = append(errs, line)
+		}
+	}
+	return strings.Join(errs[max(0, len(errs)-n):], "\n")
 }
 
 // killAgentMidSwitch waits until the lendable node's agent reports a step of a switch and

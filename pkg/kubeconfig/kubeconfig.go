@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
+	"strings"
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -112,4 +114,53 @@ func (c Config) validate() error {
 		return fmt.Errorf("kubeconfig server %q is not an https URL", c.Server)
 	}
 	return nil
+}
+
+// Clean checks a kubeconfig read from somewhere others may write (a tenant's kubeconfig
+// Secret, which any editor of the tenant's host namespace can change) and returns it rebuilt
+// from its current context's parts: the server, the inline CA, and an inline client
+// certificate and key or token. It refuses one that would run a command (exec, auth
+// provider), read local files, skip TLS verification, go through a proxy, impersonate, or
+// point anywhere but server (when server is not empty). Nothing else of the input survives.
+func Clean(data []byte, server string) ([]byte, error) {
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return nil, fmt.Errorf("reading kubeconfig: %w", err)
+	}
+	ctx, ok := cfg.Contexts[cfg.CurrentContext]
+	if !ok {
+		return nil, fmt.Errorf("kubeconfig has no current context %q", cfg.CurrentContext)
+	}
+	cluster, user := cfg.Clusters[ctx.Cluster], cfg.AuthInfos[ctx.AuthInfo]
+	if cluster == nil || user == nil {
+		return nil, fmt.Errorf("kubeconfig context %q names a cluster or user it does not have", cfg.CurrentContext)
+	}
+	var bad []string
+	for what, set := range map[string]bool{
+		"an exec credential plugin (a command to run)": user.Exec != nil,
+		"an auth provider":                 user.AuthProvider != nil,
+		"a token file":                     user.TokenFile != "",
+		"a client certificate or key file": user.ClientCertificate != "" || user.ClientKey != "",
+		"a user name and password":         user.Username != "" || user.Password != "",
+		"impersonation":                    user.Impersonate != "" || user.ImpersonateUID != "" || len(user.ImpersonateGroups) > 0 || len(user.ImpersonateUserExtra) > 0,
+		"a CA file":                        cluster.CertificateAuthority != "",
+		"insecure-skip-tls-verify":         cluster.InsecureSkipTLSVerify,
+		"a proxy":                          cluster.ProxyURL != "",
+		"a TLS server name":                cluster.TLSServerName != "",
+	} {
+		if set {
+			bad = append(bad, what)
+		}
+	}
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		return nil, fmt.Errorf("kubeconfig has %s: KubeNest never writes that", strings.Join(bad, ", "))
+	}
+	if server != "" && cluster.Server != server {
+		return nil, fmt.Errorf("kubeconfig's server %q is not the virtual cluster's endpoint %q", cluster.Server, server)
+	}
+	return Build(Config{
+		ClusterName: ctx.Cluster, Server: cluster.Server, CAPEM: cluster.CertificateAuthorityData, User: ctx.AuthInfo,
+		ClientCertPEM: user.ClientCertificateData, ClientKeyPEM: user.ClientKeyData, Token: user.Token,
+	})
 }

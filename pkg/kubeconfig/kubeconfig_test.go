@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,5 +195,62 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("Parse succeeded: %+v", got)
 			}
 		})
+	}
+}
+
+// TestClean: what KubeNest wrote passes unchanged; anything a namespace editor could add to make
+// the reader's kubectl run a command, read a file or talk elsewhere is refused, naming it.
+func TestClean(t *testing.T) {
+	c := validConfig(t)
+	good, err := kubeconfig.Build(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := kubeconfig.Clean(good, c.Server)
+	if err != nil || !bytes.Equal(out, good) {
+		t.Fatalf("Clean of a KubeNest kubeconfig: %v\n%s", err, out)
+	}
+	if _, err := kubeconfig.Clean(good, "https://elsewhere:6443"); err == nil || !strings.Contains(err.Error(), "is not the virtual cluster's endpoint") {
+		t.Errorf("another server: %v", err)
+	}
+
+	// Extra contexts and extensions do not survive.
+	cfg, err := clientcmd.Load(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Contexts["other"] = &clientcmdapi.Context{Cluster: c.ClusterName, AuthInfo: c.User}
+	extra, _ := clientcmd.Write(*cfg)
+	if out, err := kubeconfig.Clean(extra, ""); err != nil || !bytes.Equal(out, good) {
+		t.Errorf("an extra context: %v\n%s", err, out)
+	}
+
+	for name, tc := range map[string]struct {
+		edit func(*clientcmdapi.Config)
+		want string
+	}{
+		"exec": {func(k *clientcmdapi.Config) {
+			k.AuthInfos[c.User].Exec = &clientcmdapi.ExecConfig{Command: "/bin/sh", APIVersion: "client.authentication.k8s.io/v1"}
+		}, "an exec credential plugin"},
+		"auth provider": {func(k *clientcmdapi.Config) { k.AuthInfos[c.User].AuthProvider = &clientcmdapi.AuthProviderConfig{Name: "oidc"} }, "an auth provider"},
+		"token file":    {func(k *clientcmdapi.Config) { k.AuthInfos[c.User].TokenFile = "/etc/shadow" }, "a token file"},
+		"key file":      {func(k *clientcmdapi.Config) { k.AuthInfos[c.User].ClientKey = "/root/.ssh/id_rsa" }, "a client certificate or key file"},
+		"insecure":      {func(k *clientcmdapi.Config) { k.Clusters[c.ClusterName].InsecureSkipTLSVerify = true }, "insecure-skip-tls-verify"},
+		"proxy":         {func(k *clientcmdapi.Config) { k.Clusters[c.ClusterName].ProxyURL = "http://198.51.100.9:3128" }, "a proxy"},
+		"impersonation": {func(k *clientcmdapi.Config) { k.AuthInfos[c.User].Impersonate = "someone" }, "impersonation"},
+		"no context":    {func(k *clientcmdapi.Config) { k.CurrentContext = "gone" }, "no current context"},
+	} {
+		k, err := clientcmd.Load(good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.edit(k)
+		data, err := clientcmd.Write(*k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kubeconfig.Clean(data, c.Server); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", name, err, tc.want)
+		}
 	}
 }

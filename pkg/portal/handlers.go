@@ -1,6 +1,7 @@
 package portal
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/kubeconfig"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
@@ -202,9 +204,9 @@ func (s *Server) adminKubeconfig(w http.ResponseWriter, r *http.Request, req *re
 	if vc.Status.KubeconfigSecretRef != nil {
 		ref = *vc.Status.KubeconfigSecretRef
 	}
-	key := ref.Key
+	key, server := ref.Key, vc.Status.Endpoint
 	if r.URL.Query().Get("endpoint") == "in-cluster" {
-		key = controlplane.KeyInClusterKubeconfig
+		key, server = controlplane.KeyInClusterKubeconfig, ""
 	}
 	secret, err := req.as.kube.CoreV1().Secrets(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 	if err != nil {
@@ -220,66 +222,80 @@ func (s *Server) adminKubeconfig(w http.ResponseWriter, r *http.Request, req *re
 			fmt.Sprintf("The Secret %s has no key %q yet. Wait until the cluster is Ready.", ref.Name, key))
 		return
 	}
+	// The Secret is in the tenant's namespace, where others may write: hand out only what
+	// KubeNest would have written, never a command for the downloader's kubectl to run.
+	if data, err = kubeconfig.Clean(data, server); err != nil {
+		req.log.Info("Refused to hand out a kubeconfig KubeNest did not write", "namespace", ns, "secret", ref.Name, "problem", err.Error())
+		s.errorPage(w, r, &req.session, http.StatusConflict, "Kubeconfig changed",
+			fmt.Sprintf("The Secret %s was changed by someone other than KubeNest, so the portal does not hand it out: %v. The operator writes it again on its next pass; try again in a minute.", ref.Name, err))
+		return
+	}
 	req.log.Info("Downloaded the admin kubeconfig", "virtualCluster", klogRef(vc))
 	download(w, vc.Name+".kubeconfig", data)
 }
 
 // personalKubeconfig mints a kubeconfig with a short-lived client certificate for the user.
-// Whether they may is the host's to say: a SelfSubjectAccessReview, as the user, for create on
-// virtualclusters/kubeconfig. Only after it is allowed does the portal read the tenant's CA
-// Secret, as the signer identity, which may do nothing but read Secrets.
 func (s *Server) personalKubeconfig(w http.ResponseWriter, r *http.Request, req *request) {
-	ctx := r.Context()
-	ns, name := r.PathValue("ns"), r.PathValue("name")
-	if s.signer == nil {
-		s.errorPage(w, r, &req.session, http.StatusNotFound, "Personal kubeconfigs are off",
-			"This portal was started without a signer identity (--signer-user), so it cannot mint personal kubeconfigs.")
+	kc, fail := s.mintPersonal(r.Context(), req, r.PathValue("ns"), r.PathValue("name"))
+	if fail != nil {
+		s.errorPage(w, r, &req.session, fail.status, fail.title, fail.msg)
 		return
+	}
+	download(w, fmt.Sprintf("%s-%s.kubeconfig", r.PathValue("name"), safeFileName(req.session.User)), kc)
+}
+
+// refusal is why a request was not served: an HTTP status, a title and a message for the user.
+type refusal struct {
+	status     int
+	title, msg string
+}
+
+// mintPersonal mints a personal kubeconfig for the request's user, for the browser and for the
+// API alike. Whether they may is the host's to say: a SelfSubjectAccessReview, as the user, for
+// create on virtualclusters/kubeconfig. Only after it is allowed does the portal read the
+// tenant's CA Secret, as the signer identity, which may do nothing but read Secrets.
+func (s *Server) mintPersonal(ctx context.Context, req *request, ns, name string) ([]byte, *refusal) {
+	if s.signer == nil {
+		return nil, &refusal{http.StatusNotFound, "Personal kubeconfigs are off",
+			"This portal was started without a signer identity (--signer-user), so it cannot mint personal kubeconfigs."}
 	}
 	ok, err := req.as.allowed(ctx, vcAttrs("create", ns, name, subresourceKubeconfig))
 	if err != nil {
 		req.log.Error(err, "Access review")
-		s.errorPage(w, r, &req.session, http.StatusBadGateway, "Cluster error", "The portal could not ask the cluster what you may do.")
-		return
+		return nil, &refusal{http.StatusBadGateway, "Cluster error", "The portal could not ask the cluster what you may do."}
 	}
 	if !ok {
 		req.log.Info("Refused a personal kubeconfig: not allowed", "namespace", ns, "virtualCluster", name)
-		s.errorPage(w, r, &req.session, http.StatusForbidden, "Not allowed",
-			fmt.Sprintf("You may not mint a personal kubeconfig for %s in namespace %s. It takes the permission create on virtualclusters/kubeconfig (group kubenest.io) there.", name, ns))
-		return
+		return nil, &refusal{http.StatusForbidden, "Not allowed",
+			fmt.Sprintf("You (%s) may not mint a personal kubeconfig for %s in namespace %s. It takes the permission create on virtualclusters/kubeconfig (group kubenest.io) there.", req.session.User, name, ns)}
 	}
 	vc, err := req.as.getVC(ctx, ns, name)
 	if err != nil {
-		s.apiErrorPage(w, r, req, err, fmt.Sprintf("virtual cluster %s in namespace %s", name, ns))
-		return
+		return nil, apiRefusal(req, err, fmt.Sprintf("virtual cluster %s in namespace %s", name, ns))
 	}
 	if vc.Status.Endpoint == "" || !meta.IsStatusConditionTrue(vc.Status.Conditions, v1alpha1.ConditionCertificatesReady) {
-		s.errorPage(w, r, &req.session, http.StatusConflict, "Not ready yet",
-			fmt.Sprintf("%s has no endpoint or certificates yet. Try again once it is Ready.", name))
-		return
+		return nil, &refusal{http.StatusConflict, "Not ready yet",
+			fmt.Sprintf("%s has no endpoint or certificates yet. Try again once it is Ready.", name)}
 	}
 	caSecret, err := s.signer.kube.CoreV1().Secrets(ns).Get(ctx, naming.For(vc.Name).CASecret(), metav1.GetOptions{})
 	if err != nil {
 		req.log.Error(err, "Reading the tenant's CA Secret as the signer", "namespace", ns, "virtualCluster", name)
-		s.errorPage(w, r, &req.session, http.StatusBadGateway, "Cannot sign", "The portal could not read the cluster's certificate authority.")
-		return
+		return nil, &refusal{http.StatusBadGateway, "Cannot sign", "The portal could not read the cluster's certificate authority."}
 	}
 	now := s.cfg.Now()
 	authorities, err := controlplane.LoadAuthorities(caSecret.Data, now)
 	if err != nil {
 		req.log.Error(err, "Loading the tenant's CA", "namespace", ns, "virtualCluster", name)
-		s.errorPage(w, r, &req.session, http.StatusBadGateway, "Cannot sign", "The cluster's certificate authority is not usable.")
-		return
+		return nil, &refusal{http.StatusBadGateway, "Cannot sign", "The cluster's certificate authority is not usable."}
 	}
 	kc, notAfter, err := PersonalKubeconfig(authorities, PersonalRequest{Cluster: vc.Name, Server: vc.Status.Endpoint,
 		User: req.session.User, Validity: s.cfg.PersonalValidity}, now)
 	if err != nil {
 		req.log.Error(err, "Minting a personal kubeconfig", "namespace", ns, "virtualCluster", name)
-		s.errorPage(w, r, &req.session, http.StatusInternalServerError, "Cannot sign", err.Error())
-		return
+		return nil, &refusal{http.StatusInternalServerError, "Cannot sign", err.Error()}
 	}
 	req.log.Info("Minted a personal kubeconfig", "virtualCluster", klogRef(vc), "tenantUser", TenantUserName(req.session.User), "notAfter", notAfter)
-	download(w, fmt.Sprintf("%s-%s.kubeconfig", vc.Name, safeFileName(req.session.User)), kc)
+	return kc, nil
 }
 
 func (s *Server) deletePage(w http.ResponseWriter, r *http.Request, req *request) {
@@ -317,15 +333,21 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request, req *request) {
 
 // apiErrorPage explains an error of the host API about what.
 func (s *Server) apiErrorPage(w http.ResponseWriter, r *http.Request, req *request, err error, what string) {
+	fail := apiRefusal(req, err, what)
+	s.errorPage(w, r, &req.session, fail.status, fail.title, fail.msg)
+}
+
+// apiRefusal says why a host API request made as the user failed, in the user's terms.
+func apiRefusal(req *request, err error, what string) *refusal {
 	switch {
 	case apierrors.IsForbidden(err):
-		s.errorPage(w, r, &req.session, http.StatusForbidden, "Not allowed",
-			fmt.Sprintf("You (%s) may not access %s. Ask whoever manages the namespace for access.", req.session.User, what))
+		return &refusal{http.StatusForbidden, "Not allowed",
+			fmt.Sprintf("You (%s) may not access %s. Ask whoever manages the namespace for access.", req.session.User, what)}
 	case apierrors.IsNotFound(err):
-		s.errorPage(w, r, &req.session, http.StatusNotFound, "Not found", fmt.Sprintf("There is no %s.", what))
+		return &refusal{http.StatusNotFound, "Not found", fmt.Sprintf("There is no %s.", what)}
 	default:
 		req.log.Error(err, "Host API request failed", "about", what)
-		s.errorPage(w, r, &req.session, http.StatusBadGateway, "Cluster error", fmt.Sprintf("Reading %s failed: %s", what, describeError(err)))
+		return &refusal{http.StatusBadGateway, "Cluster error", fmt.Sprintf("Reading %s failed: %s", what, describeError(err))}
 	}
 }
 

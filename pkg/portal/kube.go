@@ -116,6 +116,18 @@ func reviewToken(ctx context.Context, kube kubernetes.Interface, token string) (
 	return r.Status.User, r.Status.Authenticated, nil
 }
 
+// identity is the part of a session that says who a token named: what the portal impersonates.
+func identity(info authenticationv1.UserInfo) Session {
+	sess := Session{User: info.Username, Groups: info.Groups}
+	if len(info.Extra) > 0 {
+		sess.Extra = map[string][]string{}
+		for k, v := range info.Extra {
+			sess.Extra[k] = v
+		}
+	}
+	return sess
+}
+
 // nsAccess is what a user may do with virtual clusters in one namespace.
 type nsAccess struct {
 	Name           string

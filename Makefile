@@ -32,7 +32,7 @@ GO_LDFLAGS := -s -w \
 	-X github.com/kubenest-io/kubenest/pkg/version.Version=$(VERSION)
 GO_BUILD := go build -ldflags '$(GO_LDFLAGS)'
 
-BINARIES := nest-operator nest-controlplane nest-etcd node-agent nest-portal nest-hosts
+BINARIES := nest-operator nest-controlplane nest-etcd node-agent nest-portal nest-hosts kubectl-nest
 
 # Images, built without Docker and imported into the local cluster's nodes.
 IMAGE_REPO ?= kubenest.io/kubenest

@@ -232,7 +232,9 @@ func TestClean(t *testing.T) {
 		"exec": {func(k *clientcmdapi.Config) {
 			k.AuthInfos[c.User].Exec = &clientcmdapi.ExecConfig{Command: "/bin/sh", APIVersion: "client.authentication.k8s.io/v1"}
 		}, "an exec credential plugin"},
-		"auth provider": {func(k *clientcmdapi.Config) { k.AuthInfos[c.User].AuthProvider = &clientcmdapi.AuthProviderConfig{Name: "oidc"} }, "an auth provider"},
+		"auth provider": {func(k *clientcmdapi.Config) {
+			k.AuthInfos[c.User].AuthProvider = &clientcmdapi.AuthProviderConfig{Name: "oidc"}
+		}, "an auth provider"},
 		"token file":    {func(k *clientcmdapi.Config) { k.AuthInfos[c.User].TokenFile = "/etc/shadow" }, "a token file"},
 		"key file":      {func(k *clientcmdapi.Config) { k.AuthInfos[c.User].ClientKey = "/root/.ssh/id_rsa" }, "a client certificate or key file"},
 		"insecure":      {func(k *clientcmdapi.Config) { k.Clusters[c.ClusterName].InsecureSkipTLSVerify = true }, "insecure-skip-tls-verify"},

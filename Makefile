@@ -115,6 +115,7 @@ lint: $(HELM) ## gofmt, go vet (with the e2e and benchlocal tags; cmd/nest-dns t
 	go vet -tags e2e,benchlocal ./...
 	cd cmd/nest-dns && go vet ./...
 	$(HELM) lint --strict charts/kubenest
+	$(HELM) lint --strict charts/kubenest --set metrics.serviceMonitor.enabled=true --set metrics.grafanaDashboard.enabled=true
 
 .PHONY: test
 test: lint verify-gen $(BIN_DIR)/nest-controlplane $(BIN_DIR)/nest-etcd ## Unit and integration tests (real kube-apiserver, etcd and tenant processes; no cluster needed).

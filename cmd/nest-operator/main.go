@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
@@ -170,6 +171,9 @@ Flags:
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
+	// Each tenant's phase, readiness, sleep, lent nodes and shared-node pods, read from the
+	// cache when scraped.
+	ctrlmetrics.Registry.MustRegister(&virtualcluster.TenantCollector{Reader: mgr.GetCache(), Elected: mgr.Elected()})
 	ctx := ctrl.SetupSignalHandler()
 	// The one place the operator reaches tenants from: the VirtualCluster reconciler loads each
 	// tenant's authorities into it, and everything else reads it.

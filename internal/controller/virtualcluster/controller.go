@@ -153,7 +153,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !vc.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, vc)
+		result, err := r.reconcileDelete(ctx, vc)
+		return result, countError(vc, err)
 	}
 	if !controllerutil.ContainsFinalizer(vc, naming.FinalizerVirtualCluster) {
 		patch := client.MergeFrom(vc.DeepCopy())
@@ -180,8 +181,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if vc.Status.Phase == v1alpha1.PhaseReady {
 			r.Recorder.Eventf(vc, nil, corev1.EventTypeNormal, "Ready", "Reconcile", "tenant apiserver ready at %s", vc.Status.Endpoint)
 		}
+		firstReady(vc, before.Status.Phase, r.Clock.Now())
 	}
-	return result, err
+	return result, countError(vc, err)
 }
 
 // reconcileNormal applies the tenant's objects in dependency order, recording each step in a

@@ -28,6 +28,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
@@ -351,6 +352,24 @@ func TestLifecycle(t *testing.T) {
 				t.Errorf("tenant bootstrap RBAC: %v", err)
 			}
 		}
+
+		// What a platform team's Prometheus scrapes about it.
+		labels := map[string]string{"namespace": ns, "virtualcluster": vc.Name}
+		series := tenantSeries(c)
+		for name, want := range map[string]float64{"kubenest_virtualcluster_ready": 1, "kubenest_virtualcluster_asleep": 0,
+			"kubenest_virtualcluster_lent_nodes": 0, "kubenest_virtualcluster_shared_node_pods": 0} {
+			if v, ok := metricValue(t, series, name, labels); !ok || v != want {
+				t.Errorf("%s: %v (found %v), want %v", name, v, ok, want)
+			}
+		}
+		for phase, want := range map[string]float64{"Ready": 1, "Provisioning": 0} {
+			if v, ok := metricValue(t, series, "kubenest_virtualcluster_phase", map[string]string{"namespace": ns, "virtualcluster": vc.Name, "phase": phase}); !ok || v != want {
+				t.Errorf("phase %s: %v (found %v), want %v", phase, v, ok, want)
+			}
+		}
+		if n, ok := metricValue(t, metrics.Registry, "kubenest_virtualcluster_create_to_ready_seconds", nil); !ok || n < 1 {
+			t.Errorf("create to Ready observed %v times (found %v)", n, ok)
+		}
 	})
 
 	t.Run("delete leaves nothing", func(t *testing.T) {
@@ -373,6 +392,14 @@ func TestLifecycle(t *testing.T) {
 			if n := meta.LenList(l); n != 0 {
 				t.Errorf("%T: %d left after the VirtualCluster was deleted", l, n)
 			}
+		}
+		// Its series go with it.
+		if _, ok := metricValue(t, metrics.Registry, "kubenest_certificate_expiry_timestamp_seconds",
+			map[string]string{"namespace": ns, "virtualcluster": vc.Name, "certificate": "ca"}); ok {
+			t.Error("the deleted tenant's certificate expiry series is still served")
+		}
+		if _, ok := metricValue(t, tenantSeries(c), "kubenest_virtualcluster_ready", map[string]string{"namespace": ns, "virtualcluster": vc.Name}); ok {
+			t.Error("the deleted tenant's ready series is still served")
 		}
 		// The Service range is given back (the host finalizes it once no Service uses it).
 		scs := &networkingv1.ServiceCIDRList{}

@@ -100,7 +100,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 	if err := r.Client.Patch(ctx, vc, patch); err != nil {
 		return reconcile.Result{}, fmt.Errorf("removing finalizer: %w", err)
 	}
-	forgetCertificates(vc)
+	forgetMetrics(vc)
 	r.Tenants.Forget(vc.UID)
 	log.Info("tenant deleted; nothing of it is left in the host")
 	return reconcile.Result{}, nil

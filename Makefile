@@ -67,11 +67,25 @@ CERT_MANAGER_CRDS = $(shell go list -m -f '{{.Dir}}' github.com/cert-manager/cer
 # by "local up" instead of the installer DaemonSet, test-only annotations honoured, the e2e's
 # platform CA issuer allowed for tenants, the portal on a NodePort (the e2e finds its port on the
 # Service).
-HELM_INSTALL = $(HELM) upgrade --install kubenest charts/kubenest --kubeconfig _output/host.kubeconfig \
+# The portal's node port is fixed, so that the local OpenID Connect provider ("local oidc", run
+# by "local up") can send people back to it; its client secret and CA are under
+# _output/local/oidc (when the cluster runs it).
+PORTAL_NODE_PORT := 30080
+PORTAL_URL := http://172.30.0.11:$(PORTAL_NODE_PORT)
+OIDC_DIR := _output/local/oidc
+HELM_INSTALL = set -e; $(KUBECTL) create namespace kubenest-system --dry-run=client -o yaml | $(KUBECTL) apply -f - >/dev/null; \
+	oidc=; if [ -f $(OIDC_DIR)/client-secret ]; then \
+		$(KUBECTL) -n kubenest-system create secret generic kubenest-portal-oidc --from-file=client-secret=$(OIDC_DIR)/client-secret \
+			--dry-run=client -o yaml | $(KUBECTL) apply -f - >/dev/null; \
+		oidc="--set portal.oidc.issuerURL=https://172.30.0.1:9443 --set portal.oidc.clientID=kubenest-portal \
+			--set portal.oidc.redirectURL=$(PORTAL_URL)/oidc/callback --set portal.oidc.clientSecret.secretName=kubenest-portal-oidc \
+			--set portal.oidc.displayName=local-oidc --set-file portal.oidc.caBundle=$(OIDC_DIR)/ca.crt"; fi; \
+	$(HELM) upgrade --install kubenest charts/kubenest --kubeconfig _output/host.kubeconfig \
 	--namespace kubenest-system --create-namespace --set image.tag=$(VERSION) --set image.pullPolicy=Never \
 	--set nodeAgent.install=false --set operator.allowTestAnnotations=true \
 	--set 'operator.certManagerIssuers={ClusterIssuer/e2e-platform-ca}' \
-	--set portal.enabled=true --set portal.service.type=NodePort --wait --timeout 5m
+	--set portal.enabled=true --set portal.service.type=NodePort --set portal.service.nodePort=$(PORTAL_NODE_PORT) \
+	$$oidc --wait --timeout 5m
 
 ##@ General
 
@@ -115,7 +129,10 @@ lint: $(HELM) ## gofmt, go vet (with the e2e and benchlocal tags; cmd/nest-dns t
 	go vet -tags e2e,benchlocal ./...
 	cd cmd/nest-dns && go vet ./...
 	$(HELM) lint --strict charts/kubenest
-	$(HELM) lint --strict charts/kubenest --set metrics.serviceMonitor.enabled=true --set metrics.grafanaDashboard.enabled=true
+	$(HELM) lint --strict charts/kubenest --set metrics.serviceMonitor.enabled=true --set metrics.grafanaDashboard.enabled=true \
+		--set portal.enabled=true --set portal.oidc.issuerURL=https://idp.example --set portal.oidc.clientID=portal \
+		--set portal.oidc.redirectURL=https://portal.example/oidc/callback --set portal.oidc.clientSecret.secretName=portal-oidc \
+		--set portal.oidc.caBundle=PEM
 
 .PHONY: test
 test: lint verify-gen $(BIN_DIR)/nest-controlplane $(BIN_DIR)/nest-etcd ## Unit and integration tests (real kube-apiserver, etcd and tenant processes; no cluster needed).
@@ -182,7 +199,8 @@ up: host-deps build image $(KUBE_BINARIES) $(HELM) $(BIN_DIR)/certmanager ## Bri
 	go run ./test/e2e/local up --kube-bin $(KUBE_BIN) --nest-etcd $(BIN_DIR)/nest-etcd \
 		--node-agent $(CURDIR)/$(BIN_DIR)/node-agent \
 		--cert-manager $(CURDIR)/$(BIN_DIR)/certmanager --cert-manager-crds $(CERT_MANAGER_CRDS) \
-		$(addprefix --image ,$(IMAGE_TARS)) --kube-proxy-image $(IMAGE) --nodes $(NODES)
+		$(addprefix --image ,$(IMAGE_TARS)) --kube-proxy-image $(IMAGE) --nodes $(NODES) \
+		--oidc-redirect-uri $(PORTAL_URL)/oidc/callback
 	$(HELM_INSTALL)
 	$(KUBECTL) apply --server-side -f test/e2e/testdata/demo.yaml
 	$(KUBECTL) -n demo wait virtualcluster/demo --for=condition=Ready --timeout=5m

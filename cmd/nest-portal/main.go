@@ -4,6 +4,8 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,6 +34,8 @@ func main() {
 
 type options struct {
 	listen, tlsCert, tlsKey, sessionKeyFile, signerUser, kubeconfig, namespaces string
+	oidcIssuer, oidcClientID, oidcSecretFile, oidcRedirect, oidcScopes          string
+	oidcName, oidcCAFile                                                        string
 	secureCookies, showVersion                                                  bool
 	sessionTTL, personalValidity, pollInterval                                  time.Duration
 }
@@ -48,6 +52,12 @@ then forgets: the session cookie holds only who they are, sealed with AES-GCM. E
 they do, the portal does as them through impersonation, so the host's RBAC decides what each
 person may list, create, download and delete. The portal's own identity needs only to create
 tokenreviews and to impersonate users, groups, service accounts and user extras.
+
+With --oidc-issuer-url, the sign-in page also offers single sign-on: the authorization code
+flow with PKCE against that OpenID Connect provider. The ID token it returns is used exactly as
+a pasted one (reviewed by the host, then forgotten), so the host's apiserver must accept that
+issuer's tokens for --oidc-client-id (its --authentication-config), and the provider must know
+--oidc-redirect-url.
 
 A personal kubeconfig (a client certificate for the user, signed by the tenant's CA) is
 offered to users the host allows "create" on virtualclusters/kubeconfig (group kubenest.io)
@@ -68,6 +78,13 @@ Flags:
 	fs.StringVar(&o.namespaces, "namespaces", "", "Comma-separated namespaces to offer every user besides the ones found for them (all namespaces when the user may list them, a ServiceAccount's own namespace, the ones the user opens by name). Whether a user may use one is still the host's RBAC to say.")
 	fs.DurationVar(&o.pollInterval, "poll-interval", 2*time.Second, "How often a detail page refreshes while its cluster provisions (five times slower once Ready).")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Kubeconfig of the host cluster; empty uses the in-cluster configuration (the pod's ServiceAccount).")
+	fs.StringVar(&o.oidcIssuer, "oidc-issuer-url", "", "OpenID Connect provider to offer single sign-on with (its issuer URL); empty offers token sign-in only.")
+	fs.StringVar(&o.oidcClientID, "oidc-client-id", "", "The portal's client ID at the OIDC provider: the audience the host's apiserver accepts.")
+	fs.StringVar(&o.oidcSecretFile, "oidc-client-secret-file", "", "File holding the client's secret; empty for a public client (PKCE alone).")
+	fs.StringVar(&o.oidcRedirect, "oidc-redirect-url", "", "The portal's /oidc/callback as browsers reach it, such as https://portal.example.com/oidc/callback; registered with the provider.")
+	fs.StringVar(&o.oidcScopes, "oidc-scopes", "email,profile", "Comma-separated scopes to ask for besides openid (the claims the host maps to users and groups must be in the ID token).")
+	fs.StringVar(&o.oidcName, "oidc-display-name", "", "The provider's name on the sign-in button (default \"single sign-on\").")
+	fs.StringVar(&o.oidcCAFile, "oidc-ca-file", "", "PEM bundle to trust for the provider's TLS certificate, besides the system's.")
 	fs.BoolVar(&o.showVersion, "version", false, "Print the version and exit.")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(klogFlags)
@@ -124,6 +141,10 @@ func (o options) portalConfig() (portal.Config, error) {
 		}
 		namespaces = append(namespaces, ns)
 	}
+	oidc, err := o.oidcConfig()
+	if err != nil {
+		return portal.Config{}, err
+	}
 	log := klog.Background().WithName("portal")
 	var key []byte
 	if o.sessionKeyFile != "" {
@@ -143,7 +164,6 @@ func (o options) portalConfig() (portal.Config, error) {
 		log.Info("No --session-key-file: sealing sessions with a key generated now; they end when the portal restarts, and replicas do not share them")
 	}
 	var host *rest.Config
-	var err error
 	if o.kubeconfig != "" {
 		host, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	} else {
@@ -159,8 +179,56 @@ func (o options) portalConfig() (portal.Config, error) {
 	return portal.Config{
 		Host: host, SessionKey: key, SessionTTL: o.sessionTTL, PersonalValidity: o.personalValidity,
 		SignerUser: o.signerUser, SecureCookies: o.secureCookies || o.tlsCert != "", Namespaces: namespaces,
-		PollInterval: o.pollInterval, Log: log,
+		PollInterval: o.pollInterval, OIDC: oidc, Log: log,
 	}, nil
+}
+
+// oidcConfig is the single sign-on the flags ask for, or nil.
+func (o options) oidcConfig() (*portal.OIDCConfig, error) {
+	if o.oidcIssuer == "" {
+		for name, v := range map[string]string{"--oidc-client-id": o.oidcClientID, "--oidc-client-secret-file": o.oidcSecretFile,
+			"--oidc-redirect-url": o.oidcRedirect, "--oidc-ca-file": o.oidcCAFile} {
+			if v != "" {
+				return nil, fmt.Errorf("%s is set but --oidc-issuer-url is not", name)
+			}
+		}
+		return nil, nil
+	}
+	if o.oidcClientID == "" || o.oidcRedirect == "" {
+		return nil, errors.New("--oidc-issuer-url needs --oidc-client-id and --oidc-redirect-url")
+	}
+	cfg := &portal.OIDCConfig{IssuerURL: o.oidcIssuer, ClientID: o.oidcClientID, RedirectURL: o.oidcRedirect, DisplayName: o.oidcName}
+	for _, scope := range strings.Split(o.oidcScopes, ",") {
+		if scope = strings.TrimSpace(scope); scope != "" && scope != "openid" {
+			cfg.Scopes = append(cfg.Scopes, scope)
+		}
+	}
+	if o.oidcSecretFile != "" {
+		data, err := os.ReadFile(o.oidcSecretFile)
+		if err != nil {
+			return nil, fmt.Errorf("--oidc-client-secret-file: %w", err)
+		}
+		if cfg.ClientSecret = strings.TrimSpace(string(data)); cfg.ClientSecret == "" {
+			return nil, fmt.Errorf("--oidc-client-secret-file %s is empty", o.oidcSecretFile)
+		}
+	}
+	if o.oidcCAFile != "" {
+		pem, err := os.ReadFile(o.oidcCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--oidc-ca-file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--oidc-ca-file %s holds no PEM certificate", o.oidcCAFile)
+		}
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		cfg.HTTPClient = &http.Client{Transport: transport, Timeout: 30 * time.Second}
+	}
+	return cfg, nil
 }
 
 func serve(o options, h http.Handler) error {

@@ -486,8 +486,12 @@ func TestPortal(t *testing.T) {
 	})
 }
 
-func newWorld(t *testing.T) *world {
-	env := testenv.Start(t, testenv.Options{APIServerFlags: []string{"--authorization-mode=RBAC"}})
+func newWorld(t *testing.T) *world { return newWorldWith(t, nil, nil) }
+
+// newWorldWith is newWorld with more kube-apiserver flags, and a chance to change the portal's
+// configuration once its URL is known.
+func newWorldWith(t *testing.T, apiserverFlags []string, configure func(cfg *portal.Config, url string)) *world {
+	env := testenv.Start(t, testenv.Options{APIServerFlags: append([]string{"--authorization-mode=RBAC"}, apiserverFlags...)})
 	ctx := context.Background()
 	c := env.Client
 	cs := kubernetes.NewForConfigOrDie(env.Config)
@@ -520,16 +524,22 @@ func newWorld(t *testing.T) *world {
 	host.BearerToken = portalToken
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
-	srv, err := portal.New(portal.Config{
+	ts := httptest.NewUnstartedServer(nil)
+	w.url = "http://" + ts.Listener.Addr().String()
+	cfg := portal.Config{
 		Host: host, SessionKey: key, SessionTTL: time.Hour, SignerUser: signerUser,
 		Now: func() time.Time { return time.Now().Add(time.Duration(w.clock.Load())) },
-	})
+	}
+	if configure != nil {
+		configure(&cfg, w.url)
+	}
+	srv, err := portal.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(srv)
+	ts.Config.Handler = srv
+	ts.Start()
 	t.Cleanup(ts.Close)
-	w.url = ts.URL
 	return w
 }
 

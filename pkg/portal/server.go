@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -56,6 +57,8 @@ type Config struct {
 	Namespaces []string
 	// PollInterval is how often a detail page refreshes while the cluster is not Ready.
 	PollInterval time.Duration
+	// OIDC, when set, offers sign-in with an OpenID Connect provider besides pasting a token.
+	OIDC *OIDCConfig
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log receives what the portal does; never tokens or cookies.
@@ -68,6 +71,7 @@ type Server struct {
 	sealer *Sealer
 	self   kubernetes.Interface
 	signer *clients
+	oidc   *oidcLogin
 	pages  map[string]*pageTemplate
 	mux    *http.ServeMux
 }
@@ -104,6 +108,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("portal: host client: %w", err)
 	}
 	s := &Server{cfg: cfg, sealer: sealer, self: self}
+	if cfg.OIDC != nil {
+		if err := cfg.OIDC.validate(); err != nil {
+			return nil, fmt.Errorf("portal: %w", err)
+		}
+		s.oidc = &oidcLogin{cfg: *cfg.OIDC}
+	}
 	if cfg.SignerUser != "" {
 		if s.signer, err = newClients(cfg.Host, rest.ImpersonationConfig{UserName: cfg.SignerUser}); err != nil {
 			return nil, fmt.Errorf("portal: %w", err)
@@ -123,6 +133,10 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	mux.HandleFunc("GET /login", s.loginPage)
 	mux.HandleFunc("POST /login", s.login)
+	if s.oidc != nil {
+		mux.HandleFunc("GET "+oidcLoginPath, s.oidcStart)
+		mux.HandleFunc("GET "+oidcCallbackPath, s.oidcCallback)
+	}
 	mux.HandleFunc("POST /logout", s.user(s.logout))
 	mux.HandleFunc("GET /{$}", s.user(s.list))
 	mux.HandleFunc("POST /namespaces", s.user(s.openNamespace))
@@ -262,7 +276,11 @@ func (s *Server) renderLogin(w http.ResponseWriter, r *http.Request, status int,
 		return
 	}
 	s.setCookie(w, loginCookieName, token, s.cfg.Now().Add(time.Hour))
-	s.render(w, status, "login.html", pageData{Title: "Sign in", CSRF: token, Message: msg, Error: errMsg})
+	data := pageData{Title: "Sign in", CSRF: token, Message: msg, Error: errMsg}
+	if s.oidc != nil {
+		data.SSO = nonEmpty(s.oidc.cfg.DisplayName, "single sign-on")
+	}
+	s.render(w, status, "login.html", data)
 }
 
 // login checks a bearer token with a TokenReview and starts a session for whoever it names.
@@ -298,6 +316,12 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.renderLogin(w, r, http.StatusUnauthorized, "", "The cluster did not accept this token. It may have expired; create a new one.")
 		return
 	}
+	s.signIn(w, r, info, time.Time{}, log.WithValues("with", "token"))
+}
+
+// signIn starts a session for whoever the host's TokenReview named, until the session TTL or
+// notAfter (when not zero), whichever is first, and goes to the list.
+func (s *Server) signIn(w http.ResponseWriter, r *http.Request, info authenticationv1.UserInfo, notAfter time.Time, log logr.Logger) {
 	csrf, err := randomToken()
 	if err != nil {
 		s.renderLogin(w, r, http.StatusInternalServerError, "", "No randomness.")
@@ -305,6 +329,9 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	sess := identity(info)
 	sess.Expires, sess.CSRF = s.cfg.Now().Add(s.cfg.SessionTTL), csrf
+	if !notAfter.IsZero() && notAfter.Before(sess.Expires) {
+		sess.Expires = notAfter
+	}
 	if !s.startSession(w, r, sess, log) {
 		return
 	}

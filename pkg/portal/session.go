@@ -63,15 +63,20 @@ func NewSealer(secret []byte) (*Sealer, error) {
 
 // Seal returns the cookie value of s.
 func (k *Sealer) Seal(s Session) (string, error) {
-	plain, err := json.Marshal(s)
+	return k.seal(s, cookieName)
+}
+
+// seal encodes v as JSON and seals it, bound to the cookie name.
+func (k *Sealer) seal(v any, name string) (string, error) {
+	plain, err := json.Marshal(v)
 	if err != nil {
-		return "", fmt.Errorf("encoding session: %w", err)
+		return "", fmt.Errorf("encoding cookie %s: %w", name, err)
 	}
 	nonce := make([]byte, k.aead.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {
-		return "", fmt.Errorf("session nonce: %w", err)
+		return "", fmt.Errorf("cookie nonce: %w", err)
 	}
-	out := base64.RawURLEncoding.EncodeToString(k.aead.Seal(nonce, nonce, plain, []byte(cookieName)))
+	out := base64.RawURLEncoding.EncodeToString(k.aead.Seal(nonce, nonce, plain, []byte(name)))
 	if len(out) > maxCookieSize {
 		return "", fmt.Errorf("session of %d bytes does not fit in a cookie (too many groups or extra attributes)", len(out))
 	}
@@ -81,23 +86,28 @@ func (k *Sealer) Seal(s Session) (string, error) {
 // Open reads a cookie value back: ErrSessionInvalid when it was not sealed with this key or
 // was changed, ErrSessionExpired when it is past its expiry at now.
 func (k *Sealer) Open(value string, now time.Time) (Session, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(value)
-	if err != nil || len(raw) < k.aead.NonceSize() {
-		return Session{}, ErrSessionInvalid
-	}
-	nonce, sealed := raw[:k.aead.NonceSize()], raw[k.aead.NonceSize():]
-	plain, err := k.aead.Open(nil, nonce, sealed, []byte(cookieName))
-	if err != nil {
-		return Session{}, ErrSessionInvalid
-	}
 	var s Session
-	if err := json.Unmarshal(plain, &s); err != nil || s.User == "" || s.CSRF == "" {
+	if err := k.open(value, cookieName, &s); err != nil || s.User == "" || s.CSRF == "" {
 		return Session{}, ErrSessionInvalid
 	}
 	if !now.Before(s.Expires) {
 		return s, ErrSessionExpired
 	}
 	return s, nil
+}
+
+// open reads a value sealed for the cookie name into v.
+func (k *Sealer) open(value, name string, v any) error {
+	raw, err := base64.RawURLEncoding.DecodeString(value)
+	if err != nil || len(raw) < k.aead.NonceSize() {
+		return ErrSessionInvalid
+	}
+	nonce, sealed := raw[:k.aead.NonceSize()], raw[k.aead.NonceSize():]
+	plain, err := k.aead.Open(nil, nonce, sealed, []byte(name))
+	if err != nil || json.Unmarshal(plain, v) != nil {
+		return ErrSessionInvalid
+	}
+	return nil
 }
 
 // randomToken is 32 random bytes, URL-safe.

@@ -23,6 +23,8 @@ type pageData struct {
 	Message string
 	Error   string
 	Code    int
+	// SSO names the OIDC provider the sign-in page offers; empty offers none.
+	SSO string
 
 	Namespaces       []nsView
 	CanCreate        bool

@@ -4,6 +4,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
@@ -139,6 +144,53 @@ func TestPortal(t *testing.T) {
 		t.Errorf("kubectl with the personal kubeconfig: %s", out)
 	}
 
+	t.Run("single sign-on through the local OIDC provider, then a personal kubeconfig", func(t *testing.T) {
+		// The host accepts the provider's ID tokens as users oidc:<subject>; alice of the
+		// provider is given nsA as the ServiceAccount alice was.
+		user := oidcUser(t, "alice")
+		if err := host.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: "oidc-alice"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kubenest:portal-tenant"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user.HostUser}}}); err != nil {
+			t.Fatal(err)
+		}
+		o := newChrome(t, ctx)
+		odl := t.TempDir()
+		if _, err := chromedp.CallBrowser(o, browser.SetDownloadBehavior, browser.SetDownloadBehaviorParams{
+			Behavior: browser.SetDownloadBehaviorBehaviorAllow, DownloadPath: odl}); err != nil {
+			t.Fatalf("allowing downloads: %v", err)
+		}
+		run(t, o, "go to the provider from the sign-in page",
+			chromedp.Navigate(base+"/login"), chromedp.Click(chromedp.ID("#sso")), chromedp.WaitVisible(chromedp.ID("#username")))
+		screenshot(t, o, shots, "10-sso-provider")
+		run(t, o, "sign in at the provider",
+			chromedp.SetValue(chromedp.ID("#username"), user.Username),
+			chromedp.SetValue(chromedp.ID("#password"), user.Password),
+			chromedp.Click(chromedp.CSS(`button[type=submit]`)),
+			chromedp.WaitVisible(chromedp.ID("#open-namespace")))
+		who := value(t, o, "read who is signed in", chromedp.Text(chromedp.CSS(".who")))
+		if who != user.HostUser {
+			t.Errorf("signed in as %q, want %q", who, user.HostUser)
+		}
+		run(t, o, "open alice's cluster", chromedp.Navigate(base+"/ns/"+nsA+"/vc/"+vcName), chromedp.WaitVisible(chromedp.ID("#download-personal")))
+		screenshot(t, o, shots, "11-sso-detail")
+		personal := download(t, o, odl, "#download-personal", vcName+"-oidc_alice.kubeconfig")
+		whoami := kubectl(t, "--kubeconfig", personal, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username} {.status.userInfo.groups}")
+		if !strings.Contains(whoami, user.HostUser) || !strings.Contains(whoami, "kubenest:portal-users") {
+			t.Errorf("the personal kubeconfig of the OIDC user: %s", whoami)
+		}
+		// A wrong password stays at the provider; nobody is signed in.
+		p := newChrome(t, ctx)
+		run(t, p, "a wrong password",
+			chromedp.Navigate(base+"/login"), chromedp.Click(chromedp.ID("#sso")), chromedp.WaitVisible(chromedp.ID("#username")),
+			chromedp.SetValue(chromedp.ID("#username"), user.Username),
+			chromedp.SetValue(chromedp.ID("#password"), "not-"+user.Password),
+			chromedp.Click(chromedp.CSS(`button[type=submit]`)),
+			chromedp.WaitVisible(chromedp.ID("#username")))
+		if loc := value(t, p, "read where the browser is", chromedp.Location()); strings.HasPrefix(loc, base) {
+			t.Errorf("a wrong password reached the portal: %s", loc)
+		}
+	})
+
 	run(t, a, "back to the list", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`tr[data-vc="%s/%s"]`, nsA, vcName))))
 	screenshot(t, a, shots, "06-list")
 
@@ -193,6 +245,52 @@ func TestPortal(t *testing.T) {
 	if err != nil {
 		t.Errorf("%s not deleted: %v", vcName, err)
 	}
+}
+
+// localOIDCUser is a user of the local cluster's OpenID Connect provider, as "local up" wrote
+// it to _output/local/oidc/users.json.
+type localOIDCUser struct {
+	Username, Password, HostUser string
+}
+
+func oidcUser(t *testing.T, name string) localOIDCUser {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "_output", "local", "oidc", "users.json"))
+	if err != nil {
+		t.Fatalf("the local OIDC provider's users (make up runs it): %v", err)
+	}
+	var users []localOIDCUser
+	if err := json.Unmarshal(data, &users); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		if u.Username == name {
+			return u
+		}
+	}
+	t.Fatalf("the local OIDC provider has no user %s", name)
+	return localOIDCUser{}
+}
+
+// localCASPKI is the base64 SHA-256 of the local CA's public key, as Chromium's
+// --ignore-certificate-errors-spki-list takes it; empty when the local cluster runs no OIDC
+// provider.
+func localCASPKI(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "_output", "local", "oidc", "ca.crt"))
+	if err != nil {
+		return ""
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("_output/local/oidc/ca.crt holds no PEM certificate")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+	return base64.StdEncoding.EncodeToString(sum[:])
 }
 
 // portalURL is the portal's NodePort on the first node's address.
@@ -285,6 +383,11 @@ func newChrome(t *testing.T, ctx context.Context) context.Context {
 		chromedp.Flag("no-default-browser-check", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(1280, 900),
+	}
+	// The local OIDC provider's certificate is the local CA's, which Chromium does not know:
+	// trust that one key (its server sends the CA with its certificate), nothing more.
+	if spki := localCASPKI(t); spki != "" {
+		opts = append(opts, chromedp.Flag("ignore-certificate-errors-spki-list", spki))
 	}
 	// Chromium now and then exits at start on a loaded machine (the full e2e run): try again.
 	for attempt := 1; attempt <= 3; attempt++ {

@@ -12,7 +12,10 @@
 //   - Services of type LoadBalancer get an address of 172.30.0.200-249 on the bridge from
 //     "local lb", which routes it to a node whose kube-proxy serves it (loadbalancer.go);
 //   - "local s3" serves an S3-compatible API at http://172.30.0.1:9000 (s3.go), for
-//     snapshots stored in a bucket.
+//     snapshots stored in a bucket;
+//   - with --oidc-redirect-uri, "local oidc" is an OpenID Connect provider at
+//     https://172.30.0.1:9443 (oidc.go) whose ID tokens the apiserver accepts, for the portal's
+//     single sign-on.
 //
 // Everything it starts it records, and "down" stops exactly that and removes what "up"
 // created: processes, mounts, network namespaces, the bridge, cgroups and state.
@@ -21,6 +24,7 @@
 //	local load --image TAR...   (import rebuilt images into the running cluster's nodes)
 //	local lb                    (the load balancer of Services of type LoadBalancer; "up" runs it)
 //	local s3                    (the S3-compatible server; "up" runs it)
+//	local oidc                  (the OpenID Connect provider; "up --oidc-redirect-uri" runs it)
 //	local down
 package main
 
@@ -53,6 +57,9 @@ type config struct {
 	kubeProxyImage  string // the KubeNest image, one of images: kube-proxy on every node
 	addons          string // directory of add-on manifests applied after the nodes are Ready
 	nodes           int
+	// oidcRedirectURI, when set, runs "local oidc" with a client for the portal that sends
+	// people back there, and has the apiserver accept its ID tokens.
+	oidcRedirectURI string
 }
 
 type stringList []string
@@ -61,8 +68,8 @@ func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func main() {
-	if len(os.Args) < 2 || !slices.Contains([]string{"up", "load", "lb", "s3", "down"}, os.Args[1]) {
-		fmt.Fprintf(os.Stderr, "usage: local up|load|lb|s3|down [flags]; local up --help lists the flags\n")
+	if len(os.Args) < 2 || !slices.Contains([]string{"up", "load", "lb", "s3", "oidc", "down"}, os.Args[1]) {
+		fmt.Fprintf(os.Stderr, "usage: local up|load|lb|s3|oidc|down [flags]; local up --help lists the flags\n")
 		os.Exit(2)
 	}
 	cmd := os.Args[1]
@@ -83,6 +90,7 @@ func main() {
 	fs.StringVar(&cfg.kubeProxyImage, "kube-proxy-image", "", "The KubeNest image (one of --image), whose nest-controlplane runs kube-proxy on every node.")
 	fs.StringVar(&cfg.addons, "addons", "test/e2e/local/addons", "Directory of add-on manifests (CoreDNS, the local-path volume provisioner) applied once the nodes are Ready.")
 	fs.IntVar(&cfg.nodes, "nodes", 2, "Number of worker nodes (1 to 9).")
+	fs.StringVar(&cfg.oidcRedirectURI, "oidc-redirect-uri", "", "Run the test-only OpenID Connect provider (\"local oidc\") with a client for the portal redirecting here, and have the apiserver accept its ID tokens; empty runs none.")
 	_ = fs.Parse(os.Args[2:])
 	cfg.images = images
 	cfg.lendable = lendable
@@ -113,6 +121,8 @@ func main() {
 		err = runLoadBalancer(ctx, cfg)
 	case "s3":
 		err = runS3(ctx, cfg)
+	case "oidc":
+		err = runOIDC(ctx, cfg)
 	case "down":
 		err = down(cfg)
 	}

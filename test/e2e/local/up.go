@@ -30,6 +30,7 @@ func up(ctx context.Context, c config) error {
 	}{
 		{"check this machine", c.checkMachine},
 		{"issue the host cluster's certificates", func() error { return c.hostPKI(nodes) }},
+		{"start the OpenID Connect provider (" + oidcIssuer() + ", test-only)", c.startOIDCIfAsked},
 		{"create the node network (bridge " + bridgeName + ", a network namespace per node)", func() error { return c.network(nodes) }},
 		{"start etcd and kube-apiserver", func() error { return c.startAPIServer(ctx) }},
 		{"start kube-controller-manager and kube-scheduler", c.startControllers},
@@ -176,7 +177,11 @@ func (c config) startAPIServer(ctx context.Context) error {
 		"--initial-cluster=local=http://127.0.0.1:2380", "--log-level=warn"); err != nil {
 		return err
 	}
-	if err := c.startProcess("kube-apiserver", "", c.kubeBinary("kube-apiserver"),
+	var authn []string
+	if c.oidcRedirectURI != "" {
+		authn = append(authn, "--authentication-config="+pki("oidc-authn.yaml"))
+	}
+	if err := c.startProcess("kube-apiserver", "", c.kubeBinary("kube-apiserver"), append(authn,
 		"--advertise-address="+bridgeIP, "--bind-address=0.0.0.0", fmt.Sprintf("--secure-port=%d", apiPort),
 		"--etcd-servers=http://127.0.0.1:2379",
 		"--service-cluster-ip-range="+serviceCIDR,
@@ -189,7 +194,7 @@ func (c config) startAPIServer(ctx context.Context) error {
 		"--service-account-issuer=https://kubernetes.default.svc."+clusterDomain,
 		"--service-account-key-file="+pki("sa.pub"), "--service-account-signing-key-file="+pki("sa.key"),
 		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
-		"--allow-privileged=true", "--profiling=false"); err != nil {
+		"--allow-privileged=true", "--profiling=false")...); err != nil {
 		return err
 	}
 	client, err := c.client()

@@ -206,7 +206,7 @@ func (s *Server) adminKubeconfig(w http.ResponseWriter, r *http.Request, req *re
 	}
 	key, server := ref.Key, vc.Status.Endpoint
 	if r.URL.Query().Get("endpoint") == "in-cluster" {
-		key, server = controlplane.KeyInClusterKubeconfig, ""
+		key, server = controlplane.KeyInClusterKubeconfig, controlplane.InClusterEndpoint(vc)
 	}
 	secret, err := req.as.kube.CoreV1().Secrets(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 	if err != nil {

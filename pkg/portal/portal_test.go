@@ -198,6 +198,10 @@ func TestPortal(t *testing.T) {
 			!strings.Contains(resp.Header.Get("Content-Disposition"), `filename="alpha.kubeconfig"`) {
 			t.Errorf("admin kubeconfig: %v %q %v", err, data, resp.Header)
 		}
+		_, data = a.get200(t, "/ns/team-a/vc/alpha/kubeconfig?endpoint=in-cluster")
+		if inCluster, err := kubeconfig.Parse([]byte(data)); err != nil || inCluster.Server != "https://alpha-apiserver.team-a.svc:6443" {
+			t.Errorf("in-cluster admin kubeconfig: %v %q", err, data)
+		}
 		resp, data = a.post(t, "/ns/team-a/vc/alpha/personal-kubeconfig", url.Values{"csrf": {a.csrf}})
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("personal kubeconfig: %d %s", resp.StatusCode, data)
@@ -585,8 +589,13 @@ func (w *world) readyVC(t *testing.T, ctx context.Context, ns, name string) *v1a
 	if err != nil {
 		t.Fatal(err)
 	}
+	inCluster, err := kubeconfig.Build(kubeconfig.Config{ClusterName: name, Server: controlplane.InClusterEndpoint(vc), CAPEM: a.CABundle(),
+		User: "admin", Token: "admin-token-of-" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
 	kc := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-kubeconfig", Namespace: ns},
-		Data: map[string][]byte{controlplane.KeyKubeconfig: admin}}
+		Data: map[string][]byte{controlplane.KeyKubeconfig: admin, controlplane.KeyInClusterKubeconfig: inCluster}}
 	for _, s := range []*corev1.Secret{ca, kc} {
 		s.TypeMeta = metav1.TypeMeta{}
 		if err := w.env.Client.Create(ctx, s); err != nil {

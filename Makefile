@@ -190,7 +190,7 @@ $(KUBE_BIN)/%:
 
 .PHONY: host-deps
 host-deps: ## Install the Debian packages the local cluster needs, when missing.
-	@missing=""; for p in containerd runc containernetworking-plugins iptables conntrack busybox-static chromium; do \
+	@missing=""; for p in containerd runc containernetworking-plugins iptables conntrack busybox-static chromium curl; do \
 		dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 		if [ -n "$$missing" ]; then echo "installing$$missing"; apt-get install -y $$missing; fi
 

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -26,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
@@ -53,6 +56,7 @@ func run() error {
 	var (
 		metricsAddr, probeAddr, pullPolicy             string
 		leaderElect, showVersion, allowTestAnnotations bool
+		secureMetrics                                  bool
 		leaderElectionNamespace                        string
 		workers                                        int
 		nodePortAddress                                string
@@ -77,6 +81,7 @@ Flags:
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address the Prometheus metrics endpoint listens on; \"0\" turns it off.")
+	fs.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS (a self-signed certificate) only to scrapers the host's RBAC allows: a bearer token, checked with a TokenReview, allowed get on the non-resource URL (/metrics; /tenants/<namespace>/<name>/metrics for a tenant apiserver's own metrics, served only then). false serves /metrics over HTTP to whoever reaches the port, tenant pods included.")
 	fs.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints listen on.")
 	fs.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader among replicas, so only one reconciles at a time.")
 	fs.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to the pod's own namespace.")
@@ -146,7 +151,7 @@ Flags:
 	owned := cache.ByObject{Label: labels.NewSelector().Add(*tenantOwned)}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr, SecureServing: secureMetrics, FilterProvider: metricsFilter(secureMetrics)},
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "kubenest-operator.kubenest.io",
@@ -236,6 +241,13 @@ Flags:
 	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: workers}); err != nil {
 		return fmt.Errorf("setting up the PoolNode controller: %w", err)
 	}
+	if secureMetrics {
+		// The tenants' apiservers' own metrics, behind the same authentication and authorization.
+		if err := mgr.AddMetricsServerExtraHandler(virtualcluster.TenantMetricsPath,
+			&virtualcluster.TenantMetrics{Reader: mgr.GetClient(), Tenants: tenants}); err != nil {
+			return err
+		}
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
@@ -252,4 +264,13 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// metricsFilter is the metrics server's authentication and authorization: the host's, for
+// secure serving; none otherwise.
+func metricsFilter(secure bool) func(*rest.Config, *http.Client) (metricsserver.Filter, error) {
+	if !secure {
+		return nil
+	}
+	return filters.WithAuthenticationAndAuthorization
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -362,6 +363,35 @@ func TestHostileTenant(t *testing.T) {
 		got.Spec.Nodes.PodSecurity = ""
 		got.Spec.ControlPlane.APIServer.ExtraArgs = map[string]string{"kubenest-node-pod-security": "privileged"}
 		refused(t, "the namespace's editor setting the guard's flag through extraArgs", admin.Update(ctx, got), "is set by the operator and cannot be overridden")
+	})
+
+	t.Run("the operator's metrics, which name every tenant, and the victim apiserver's own", func(t *testing.T) {
+		// The attacker's pods on the shared node are in the host's pod network, where the
+		// operator's metrics endpoint listens. Plain HTTP gets nothing: it is HTTPS.
+		base := operatorMetricsURL(t, ctx)
+		hostPort := strings.TrimPrefix(base, "https://")
+		ip, port, _ := strings.Cut(hostPort, ":")
+		script := fmt.Sprintf(`printf 'GET /metrics HTTP/1.0\r\n\r\n' | nc -w 10 %s %s`, ip, port)
+		logs, _ := runTenantPod(t, ctx, evil, "scrape-operator", sharedNode, script)
+		if !strings.Contains(logs, "Client sent an HTTP request to an HTTPS server") || strings.Contains(logs, "kubenest_") {
+			t.Errorf("plain HTTP from the attacker's pod to the operator's metrics answered %q; want only the refusal of plain HTTP", logs)
+		}
+		// Over HTTPS, with no token, or with a token of its own namespace's ServiceAccount
+		// (which an editor of the namespace can mint): refused, naming no tenant.
+		tr, err := hostCS.CoreV1().ServiceAccounts(nsA).CreateToken(ctx, "tenant-admin", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range []string{"/metrics", "/tenants/" + nsV + "/" + victim.Name + "/metrics", "/tenants/" + nsA + "/" + attacker.Name + "/metrics"} {
+			for who, token := range map[string]string{"no token": "", "the namespace's ServiceAccount": tr.Status.Token} {
+				code, body := scrape(ctx, base+path, token)
+				if code == http.StatusOK || strings.Contains(body, nsV) || strings.Contains(body, "apiserver_") {
+					t.Errorf("%s with %s: %d %.200q", path, who, code, body)
+				} else {
+					t.Logf("%s with %s: refused, %d", path, who, code)
+				}
+			}
+		}
 	})
 
 	t.Run("snapshots: of another namespace's tenant, restored into another namespace, or taken by a job of its own", func(t *testing.T) {

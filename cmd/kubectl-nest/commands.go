@@ -109,8 +109,10 @@ func (p *credentials) addFlags(cmd *cobra.Command) {
 // personal one from the portal. Either is checked and rebuilt (kubeconfig.Clean): the Secret
 // is in a namespace others may write, and the portal is only an address.
 func (c *cli) kubeconfigFor(ctx context.Context, name string, p credentials) (*v1alpha1.VirtualCluster, []byte, error) {
+	var portal *url.URL
 	if p.personal {
-		if _, err := portalURL(p.portal); err != nil {
+		var err error
+		if portal, err = portalURL(p.portal); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -128,7 +130,7 @@ func (c *cli) kubeconfigFor(ctx context.Context, name string, p credentials) (*v
 	}
 	var data []byte
 	if p.personal {
-		data, err = c.personalKubeconfig(ctx, vc, p.portal)
+		data, err = c.personalKubeconfig(ctx, vc, portal)
 	} else {
 		data, err = adminKubeconfig(ctx, cl, vc)
 	}
@@ -173,14 +175,11 @@ func adminKubeconfig(ctx context.Context, cl client.Client, vc *v1alpha1.Virtual
 	return data, nil
 }
 
-// personalKubeconfig asks the portal at base to mint a personal kubeconfig, with the host
-// kubeconfig's credentials: its bearer token (or the token its exec plugin or auth provider
-// gives), added by client-go as for any request to the host.
-func (c *cli) personalKubeconfig(ctx context.Context, vc *v1alpha1.VirtualCluster, base string) ([]byte, error) {
-	u, err := portalURL(base)
-	if err != nil {
-		return nil, err
-	}
+// personalKubeconfig asks the portal at base (checked by portalURL) to mint a personal
+// kubeconfig, with the host kubeconfig's credentials: its bearer token (or the token its exec
+// plugin or auth provider gives), added by client-go as for any request to the host.
+func (c *cli) personalKubeconfig(ctx context.Context, vc *v1alpha1.VirtualCluster, base *url.URL) ([]byte, error) {
+	u := *base
 	cfg, err := c.flags.ToRESTConfig()
 	if err != nil {
 		return nil, err

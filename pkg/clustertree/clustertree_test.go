@@ -101,8 +101,14 @@ func TestSync(t *testing.T) {
 		if err != nil {
 			t.Fatalf("virtual node not Ready with 4 CPUs: %v", err)
 		}
-		if _, err := tc.CoordinationV1().Leases("kube-node-lease").Get(ctx, nodeName, metav1.GetOptions{}); err != nil {
-			t.Errorf("node lease: %v", err)
+		// The lease is renewed by its own loop, which may start just after the
+		// node's first status: wait for it rather than expect it at once.
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err := tc.CoordinationV1().Leases("kube-node-lease").Get(ctx, nodeName, metav1.GetOptions{})
+			return err == nil, nil
+		})
+		if err != nil {
+			t.Errorf("node lease kube-node-lease/%s never created: %v", nodeName, err)
 		}
 	})
 

@@ -70,7 +70,7 @@ func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) {
 	fs.StringVar(&f.kubeletKubeconfig, "kubelet-kubeconfig", "", "process mode: the kubelet's host kubeconfig; defaults to --kubeconfig.")
 	fs.StringVar(&f.kubeletRoot, "kubelet-root-dir", "/var/lib/kubelet", "The kubelet's root directory, whose pod state is wiped between clusters.")
 	fs.StringVar(&f.cri, "container-runtime-endpoint", "unix:///run/containerd/containerd.sock", "The container runtime's CRI endpoint, to remove pods between clusters.")
-	fs.DurationVar(&f.interval, "interval", 2*time.Second, "How often the agent reads its PoolNode.")
+	fs.DurationVar(&f.interval, "interval", 20*time.Second, "How often the agent reads its PoolNode without being told of a change (it watches it), keeping the kubelet running and its heartbeat fresh.")
 	fs.BoolVar(&f.showVersion, "version", false, "Print the version and exit.")
 }
 
@@ -134,7 +134,7 @@ Flags:
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	host, err := client.New(cfg, client.Options{Scheme: scheme})
+	host, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
 	}
@@ -152,6 +152,7 @@ Flags:
 		RuntimeEndpoint: f.cri,
 		KubeletRoot:     f.kubeletRoot,
 		Interval:        f.interval,
+		Changed:         agent.WatchPoolNode(ctx, host, f.nodeName),
 		Version:         version.Version,
 	}, host)
 	err = a.Run(ctx)

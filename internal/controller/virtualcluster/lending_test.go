@@ -436,14 +436,14 @@ func waitPool(t *testing.T, ctx context.Context, c client.Client, what string, o
 }
 
 // nodeClient acts as a node: user system:node:<name> in group system:nodes.
-func nodeClient(t *testing.T, admin *rest.Config, node string) client.Client {
+func nodeClient(t *testing.T, admin *rest.Config, node string) client.WithWatch {
 	t.Helper()
 	cfg := rest.CopyConfig(admin)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + node, Groups: []string{"system:nodes", "system:authenticated"}}
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,14 +458,16 @@ func startAgent(t *testing.T, admin *rest.Config, kubelet agent.Kubelet) {
 	if err := os.WriteFile(cfgPath, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nclusterDNS: [10.96.0.10]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	host := nodeClient(t, admin, lendable)
+	// Driven by its watch, as deployed: the interval is far longer than any wait of the tests.
 	a := agent.New(agent.Config{
 		NodeName: lendable, Namespace: "kubenest-system",
 		StateFile: filepath.Join(dir, "state.json"), TenantDir: filepath.Join(dir, "tenant"),
 		Kubelet: kubelet, HostArgs: []string{"--config=" + cfgPath, "--kubeconfig=host.kubeconfig"},
 		KubeletConfig: cfgPath, Wipe: func(context.Context) error { return nil },
-		Interval: 100 * time.Millisecond, Version: "test",
-	}, nodeClient(t, admin, lendable))
-	ctx, cancel := context.WithCancel(context.Background())
+		Interval: 10 * time.Minute, Changed: agent.WatchPoolNode(ctx, host, lendable), Version: "test",
+	}, host)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = a.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })

@@ -21,8 +21,12 @@ import (
 	"github.com/kubenest-io/kubenest/pkg/nodepool"
 )
 
-// heartbeat is how often the agent reports even when nothing changed.
-const heartbeat = 20 * time.Second
+// heartbeat is how often the agent reports even when nothing changed; retryInterval how soon
+// a failed pass is tried again.
+const (
+	heartbeat     = 20 * time.Second
+	retryInterval = 2 * time.Second
+)
 
 // Config is a node agent's setup.
 type Config struct {
@@ -45,8 +49,11 @@ type Config struct {
 	RuntimeEndpoint string
 	KubeletRoot     string
 	Wipe            func(ctx context.Context) error
-	// Interval paces the agent's passes.
+	// Interval is how often the agent passes without a change to its PoolNode: it keeps the
+	// kubelet running and its heartbeat fresh. Changed, when set, signals a change of the
+	// PoolNode (WatchPoolNode), which starts a pass at once; without it the agent only polls.
 	Interval time.Duration
+	Changed  <-chan struct{}
 	// Version is reported in the PoolNode.
 	Version string
 }
@@ -59,6 +66,8 @@ type Agent struct {
 
 	lastReport     v1alpha1.AgentStatus
 	lastReportTime time.Time
+	// noPoolNode: the last read found no PoolNode, so there is nothing to report to.
+	noPoolNode bool
 }
 
 // New returns an agent that reaches the host through host.
@@ -69,14 +78,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	log.Info("node agent started", "node", a.cfg.NodeName)
 	for {
+		next := a.cfg.Interval
 		if err := a.pass(ctx); err != nil && ctx.Err() == nil {
 			log.Error(err, "pass failed; retrying")
 			a.report(ctx, "", err.Error())
+			next = min(next, retryInterval)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(a.cfg.Interval):
+		case <-a.cfg.Changed:
+		case <-time.After(next):
 		}
 	}
 }
@@ -131,7 +143,8 @@ func (a *Agent) pass(ctx context.Context) error {
 func (a *Agent) want(ctx context.Context) (Target, string, error) {
 	pn := &v1alpha1.PoolNode{}
 	err := a.host.Get(ctx, client.ObjectKey{Name: a.cfg.NodeName}, pn)
-	if apierrors.IsNotFound(err) {
+	a.noPoolNode = apierrors.IsNotFound(err)
+	if a.noPoolNode {
 		return Host, "no PoolNode: the node is not lendable", nil
 	}
 	if err != nil {
@@ -266,6 +279,9 @@ func TenantKubeletConfig(base []byte, caPath, clusterDNS, clusterDomain string) 
 // report writes the agent's status into its PoolNode when it changed, or a heartbeat is due.
 // It only touches status.agent.
 func (a *Agent) report(ctx context.Context, step, message string) {
+	if a.noPoolNode {
+		return
+	}
 	state, err := Load(a.cfg.StateFile)
 	if err != nil {
 		message = err.Error()

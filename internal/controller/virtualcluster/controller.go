@@ -90,6 +90,9 @@ type Reconciler struct {
 	// AllowTestAnnotations honours annotations meant for tests only, such as a short leaf
 	// certificate validity.
 	AllowTestAnnotations bool
+
+	// applier skips the applies of a pass that would change nothing.
+	applier ssa.Applier
 }
 
 // +kubebuilder:rbac:groups=kubenest.io,resources=virtualclusters,verbs=get;list;watch;update;patch
@@ -150,6 +153,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	vc := &v1alpha1.VirtualCluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, vc); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.applier.Forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !vc.DeletionTimestamp.IsZero() {
@@ -172,7 +178,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err == nil {
 		vc.Status.ObservedGeneration = vc.Generation
 	}
-	if perr := r.Client.Status().Patch(ctx, vc, client.MergeFrom(before)); perr != nil {
+	if equality.Semantic.DeepEqual(before.Status, vc.Status) {
+		// Nothing to write: an empty patch would still be a request.
+	} else if perr := r.Client.Status().Patch(ctx, vc, client.MergeFrom(before)); perr != nil {
 		err = errors.Join(err, fmt.Errorf("patching status: %w", perr))
 	}
 	if err == nil && before.Status.Phase != vc.Status.Phase {
@@ -218,7 +226,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		apiSvc.Spec.Selector = nil
 	}
 	for _, svc := range []*corev1.Service{controlplane.EtcdPeerService(vc), controlplane.EtcdClientService(vc), apiSvc} {
-		if err := ssa.Apply(ctx, r.Client, svc, FieldOwner); err != nil {
+		if err := r.apply(ctx, vc, svc); err != nil {
 			conds.applyFailed(v1alpha1.ConditionAPIServerReady, "Service "+svc.Name)
 			return reconcile.Result{}, err
 		}
@@ -277,7 +285,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		conds.applyFailed(v1alpha1.ConditionEtcdReady, "etcd StatefulSet")
 		return reconcile.Result{}, err
 	}
-	if err := ssa.Apply(ctx, r.Client, etcd, FieldOwner); err != nil {
+	if err := r.apply(ctx, vc, etcd); err != nil {
 		conds.applyFailed(v1alpha1.ConditionEtcdReady, "etcd StatefulSet")
 		return reconcile.Result{}, err
 	}
@@ -288,7 +296,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	if asleep {
 		deploy.Spec.Replicas = ptr.To[int32](0)
 	}
-	if err := ssa.Apply(ctx, r.Client, deploy, FieldOwner); err != nil {
+	if err := r.apply(ctx, vc, deploy); err != nil {
 		conds.applyFailed(v1alpha1.ConditionAPIServerReady, "control-plane Deployment")
 		return reconcile.Result{}, err
 	}
@@ -327,7 +335,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		if err := ssa.Apply(ctx, r.Client, secret, FieldOwner); err != nil {
+		if err := r.apply(ctx, vc, secret); err != nil {
 			conds.applyFailed(v1alpha1.ConditionKubeconfigReady, "kubeconfig Secret")
 			return reconcile.Result{}, err
 		}
@@ -390,6 +398,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	return result, nil
 }
 
+// apply server-side applies obj, one of vc's objects of a kind the operator's cache watches,
+// unless that would change nothing (ssa.Applier).
+func (r *Reconciler) apply(ctx context.Context, vc *v1alpha1.VirtualCluster, obj client.Object) error {
+	return r.applier.Apply(ctx, r.Client, client.ObjectKeyFromObject(vc), obj, FieldOwner)
+}
+
 // etcdUpdateStrategy moves an existing etcd StatefulSet to the update strategy of want before
 // want is applied, when that is OnDelete: the API server defaulted rollingUpdate under the old
 // RollingUpdate, which no manager owns and an apply cannot remove, and which OnDelete forbids.
@@ -417,7 +431,7 @@ func (r *Reconciler) etcdUpdateStrategy(ctx context.Context, want *appsv1.Statef
 func (r *Reconciler) reconcileDisruptionBudgets(ctx context.Context, vc *v1alpha1.VirtualCluster) error {
 	want, unwanted := controlplane.DisruptionBudgets(vc)
 	for _, pdb := range want {
-		if err := ssa.Apply(ctx, r.Client, pdb, FieldOwner); err != nil {
+		if err := r.apply(ctx, vc, pdb); err != nil {
 			return err
 		}
 	}

@@ -16,7 +16,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
-	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/pki"
@@ -109,7 +108,7 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, vc *v1alpha1.VirtualClust
 		return nil, err
 	}
 	for _, s := range []*corev1.Secret{p.etcdSecret, p.controlPlaneSecret, p.kubeletSigner} {
-		if err := ssa.Apply(ctx, r.Client, s, FieldOwner); err != nil {
+		if err := r.apply(ctx, vc, s); err != nil {
 			conds.applyFailed(v1alpha1.ConditionCertificatesReady, "Secret "+s.Name)
 			return nil, err
 		}

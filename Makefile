@@ -47,9 +47,7 @@ COREDNS_VERSION := $(shell grep -o 'github.com/coredns/coredns v[^ ]*' cmd/nest-
 NEST_DNS_REVISION := 2
 COREDNS_IMAGE := kubenest.io/coredns:$(COREDNS_VERSION)-$(NEST_DNS_REVISION)
 # The local cluster's volume provisioner (its default StorageClass), built from its Go module.
-LOCAL_PATH_VERSION := v0.0.30
-LOCAL_PATH_IMAGE := kubenest.io/local-path-provisioner:$(LOCAL_PATH_VERSION)
-IMAGE_TARS := $(addprefix $(IMAGES_DIR)/,kubenest.tar pause.tar busybox.tar coredns.tar local-path.tar)
+IMAGE_TARS := $(addprefix $(IMAGES_DIR)/,kubenest.tar pause.tar busybox.tar coredns.tar)
 
 # The local host cluster's own binaries, built from the k8s.io/kubernetes module go.mod pins.
 KUBE_BIN := $(CACHE_DIR)/bin/$(KUBE_VERSION)
@@ -60,7 +58,6 @@ KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION
 KUBECTL := $(KUBE_BIN)/kubectl --kubeconfig _output/host.kubeconfig
 HELM_VERSION := v4.3.1
 HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
-LOCAL_PATH_PROVISIONER := $(TOOLS_DIR)/local-path-provisioner-$(LOCAL_PATH_VERSION)
 NODES ?= 2
 CERT_MANAGER_CRDS = $(shell go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)/deploy/crds
 # The chart as the local cluster runs it: images imported (never pulled), the node agents run
@@ -175,9 +172,6 @@ $(BIN_DIR)/nest-dns: FORCE
 	@mkdir -p $(BIN_DIR)
 	cd cmd/nest-dns && go build -ldflags '-s -w' -o $(CURDIR)/$@ .
 
-$(IMAGES_DIR)/local-path.tar: $(LOCAL_PATH_PROVISIONER)
-	go run ./hack/build-image --ref $(LOCAL_PATH_IMAGE) --out $@ --file /local-path-provisioner=$< --entrypoint /local-path-provisioner
-
 $(IMAGES_DIR)/coredns.tar: $(BIN_DIR)/nest-dns
 	go run ./hack/build-image --ref $(COREDNS_IMAGE) --out $@ --file /coredns=$< --entrypoint /coredns
 
@@ -262,12 +256,6 @@ $(HELM):
 	@mkdir -p $(TOOLS_DIR)
 	GOBIN=$(TOOLS_DIR) go install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
 	mv $(TOOLS_DIR)/helm $@
-
-# Built in its own module (its dependencies never move ours), static, cached by version.
-$(LOCAL_PATH_PROVISIONER):
-	@mkdir -p $(TOOLS_DIR)
-	GOBIN=$(TOOLS_DIR) go install -ldflags '-s -w' github.com/rancher/local-path-provisioner@$(LOCAL_PATH_VERSION)
-	mv $(TOOLS_DIR)/local-path-provisioner $@
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(TOOLS_DIR)

@@ -147,8 +147,13 @@ func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) 
 			UpdateStrategy:       etcdUpdateStrategy(spec.Storage),
 			Selector:             &metav1.LabelSelector{MatchLabels: labels},
 			VolumeClaimTemplates: claims,
+			// Claims are kept, whatever happens to the StatefulSet: the operator deletes them
+			// itself with the tenant, and a StatefulSet deleted by someone else comes back to
+			// its data. (Delete would also have the StatefulSet controller add itself as the
+			// claim's owner just after creating it, racing the scheduler's own update of the
+			// claim: a conflict, and the etcd pod scheduled 1-2 s later.)
 			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
-				WhenDeleted: appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+				WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
 				WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
 			},
 			Template: podTemplate(s, labels, certsHash, corev1.PodSpec{

@@ -11,6 +11,8 @@
 //     cluster's DNS;
 //   - Services of type LoadBalancer get an address of 172.30.0.200-249 on the bridge from
 //     "local lb", which routes it to a node whose kube-proxy serves it (loadbalancer.go);
+//   - "local volumes" provisions the default StorageClass's volumes as directories of this
+//     machine (volumes.go), with no pod per volume;
 //   - "local s3" serves an S3-compatible API at http://172.30.0.1:9000 (s3.go), for
 //     snapshots stored in a bucket;
 //   - with --oidc-redirect-uri, "local oidc" is an OpenID Connect provider at
@@ -25,6 +27,7 @@
 //	local lb                    (the load balancer of Services of type LoadBalancer; "up" runs it)
 //	local s3                    (the S3-compatible server; "up" runs it)
 //	local oidc                  (the OpenID Connect provider; "up --oidc-redirect-uri" runs it)
+//	local volumes               (the volume provisioner of the default StorageClass; "up" runs it)
 //	local down
 package main
 
@@ -68,8 +71,8 @@ func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func main() {
-	if len(os.Args) < 2 || !slices.Contains([]string{"up", "load", "lb", "s3", "oidc", "down"}, os.Args[1]) {
-		fmt.Fprintf(os.Stderr, "usage: local up|load|lb|s3|oidc|down [flags]; local up --help lists the flags\n")
+	if len(os.Args) < 2 || !slices.Contains([]string{"up", "load", "lb", "s3", "oidc", "volumes", "down"}, os.Args[1]) {
+		fmt.Fprintf(os.Stderr, "usage: local up|load|lb|s3|oidc|volumes|down [flags]; local up --help lists the flags\n")
 		os.Exit(2)
 	}
 	cmd := os.Args[1]
@@ -88,7 +91,7 @@ func main() {
 	fs.Var(&lendable, "lendable", "Node labelled kubenest.io/lendable=true, which tenants may borrow. Repeatable; default the last node when there are two or more.")
 	fs.Var(&images, "image", "Image tarball to import into every node. Repeatable.")
 	fs.StringVar(&cfg.kubeProxyImage, "kube-proxy-image", "", "The KubeNest image (one of --image), whose nest-controlplane runs kube-proxy on every node.")
-	fs.StringVar(&cfg.addons, "addons", "test/e2e/local/addons", "Directory of add-on manifests (CoreDNS, the local-path volume provisioner) applied once the nodes are Ready.")
+	fs.StringVar(&cfg.addons, "addons", "test/e2e/local/addons", "Directory of add-on manifests (CoreDNS, the default StorageClass) applied once the nodes are Ready.")
 	fs.IntVar(&cfg.nodes, "nodes", 2, "Number of worker nodes (1 to 9).")
 	fs.StringVar(&cfg.oidcRedirectURI, "oidc-redirect-uri", "", "Run the test-only OpenID Connect provider (\"local oidc\") with a client for the portal redirecting here, and have the apiserver accept its ID tokens; empty runs none.")
 	_ = fs.Parse(os.Args[2:])
@@ -123,6 +126,8 @@ func main() {
 		err = runS3(ctx, cfg)
 	case "oidc":
 		err = runOIDC(ctx, cfg)
+	case "volumes":
+		err = runVolumes(ctx, cfg)
 	case "down":
 		err = down(cfg)
 	}

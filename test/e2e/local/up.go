@@ -40,7 +40,8 @@ func up(ctx context.Context, c config) error {
 		{"record each node's pod subnet in its Node", func() error { return c.recordPodCIDRs(ctx, nodes) }},
 		// Before anything that uses a Service.
 		{"run kube-proxy on every node (a DaemonSet)", func() error { return c.installKubeProxy(ctx, len(nodes)) }},
-		{"install the add-ons (CoreDNS, the local-path volume provisioner)", func() error { return c.installAddons(ctx) }},
+		{"start the volume provisioner of the default StorageClass (" + volumesProvisioner + ")", c.startVolumes},
+		{"install the add-ons (CoreDNS, the default StorageClass)", func() error { return c.installAddons(ctx) }},
 		{"start the load balancer of LoadBalancer Services (" + lbPoolFirst + "-" + lbPoolLast + ")", c.startLoadBalancer},
 		{"start the S3-compatible server (http://" + bridgeIP + ":" + s3Port + ", test-only)", c.startS3},
 	}
@@ -483,10 +484,7 @@ func (c config) installAddons(ctx context.Context) error {
 	if err := kubectl("apply", "--server-side", "-f", c.addons); err != nil {
 		return err
 	}
-	if err := kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=3m"); err != nil {
-		return err
-	}
-	return kubectl("-n", "local-path-storage", "rollout", "status", "deployment/local-path-provisioner", "--timeout=3m")
+	return kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=3m")
 }
 
 func (c config) client() (*kubernetes.Clientset, error) {

@@ -43,6 +43,10 @@ import (
 	"github.com/kubenest-io/kubenest/pkg/version"
 )
 
+// startSlotTimeout is the longest a starting tenant holds its turn (--max-starting-tenants):
+// one that cannot start does not block the others.
+const startSlotTimeout = 3 * time.Minute
+
 func main() {
 	if err := run(); err != nil {
 		fmt.Fprintf(os.Stderr, "nest-operator: %v\n", err)
@@ -58,7 +62,7 @@ func run() error {
 		leaderElect, showVersion, allowTestAnnotations bool
 		secureMetrics                                  bool
 		leaderElectionNamespace                        string
-		workers                                        int
+		workers, maxStarting                           int
 		nodePortAddress                                string
 		virtualNodeAddress, virtualNodeName            string
 		wakeAddress                                    string
@@ -86,6 +90,7 @@ Flags:
 	fs.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader among replicas, so only one reconciles at a time.")
 	fs.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to the pod's own namespace.")
 	fs.IntVar(&workers, "workers", 8, "VirtualClusters reconciled at the same time.")
+	fs.IntVar(&maxStarting, "max-starting-tenants", 0, "Tenants that start their control planes at the same time (new ones, and sleeping ones waking); the others wait their turn, first come first served, with an APIServerReady condition (reason Queued) saying so, and a tenant holds its turn at most "+startSlotTimeout.String()+". A start is mostly CPU: too many at once on a small host all miss their probes and deadlines and start again. 0: no limit.")
 	fs.StringVar(&settings.Image, "controlplane-image", settings.Image, "Image the tenant pods run (it holds nest-controlplane).")
 	fs.StringVar(&settings.DNSImage, "tenant-dns-image", settings.DNSImage, "CoreDNS image of each tenant's cluster DNS (a container of its control-plane pods).")
 	fs.StringVar(&pullPolicy, "image-pull-policy", string(settings.ImagePullPolicy), "Pull policy of the tenant pods: Always, IfNotPresent or Never.")
@@ -216,6 +221,7 @@ Flags:
 		AllowedIssuers:  allowedIssuers,
 
 		AllowTestAnnotations: allowTestAnnotations,
+		Starts:               &virtualcluster.StartQueue{Max: maxStarting, Timeout: startSlotTimeout},
 	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: workers}); err != nil {
 		return fmt.Errorf("setting up the VirtualCluster controller: %w", err)
 	}
@@ -255,7 +261,7 @@ Flags:
 		return err
 	}
 	log.Info("starting", "version", version.String(), "controlplaneImage", settings.Image,
-		"tenantServiceCIDR", settings.ServiceCIDR, "workers", workers, "startedAt", time.Now().UTC().Format(time.RFC3339))
+		"tenantServiceCIDR", settings.ServiceCIDR, "workers", workers, "maxStartingTenants", maxStarting, "startedAt", time.Now().UTC().Format(time.RFC3339))
 	return mgr.Start(ctx)
 }
 

@@ -63,6 +63,8 @@ const (
 	// issuerRetryInterval: waiting for a cert-manager issuer to exist, be ready or issue the
 	// tenant's CA. The issued Secret itself is watched.
 	issuerRetryInterval = 5 * time.Second
+	// startQueueRetryInterval: waiting for a start slot (StartQueue).
+	startQueueRetryInterval = 2 * time.Second
 )
 
 // Reconciler reconciles VirtualClusters.
@@ -90,6 +92,8 @@ type Reconciler struct {
 	// AllowTestAnnotations honours annotations meant for tests only, such as a short leaf
 	// certificate validity.
 	AllowTestAnnotations bool
+	// Starts bounds how many tenants start their control planes at once; nil: no bound.
+	Starts *StartQueue
 
 	// applier skips the applies of a pass that would change nothing.
 	applier ssa.Applier
@@ -155,6 +159,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.Get(ctx, req.NamespacedName, vc); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.applier.Forget(req.NamespacedName)
+			r.Starts.Done(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -260,6 +265,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		}
 	}
 
+	if !asleep {
+		if queued, err := r.awaitStartSlot(ctx, vc, conds); err != nil || queued {
+			return reconcile.Result{RequeueAfter: startQueueRetryInterval}, err
+		}
+	}
+
 	// etcd reads its certificate files at every TLS handshake, so renewed leaves reach it
 	// through the mounted Secret without a restart (which would lose an ephemeral member's
 	// data); only a new etcd CA rolls it.
@@ -346,6 +357,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	}
 	conds.kubeconfig(exposure, names.KubeconfigSecret())
 	if asleep {
+		r.Starts.Done(client.ObjectKeyFromObject(vc))
 		return r.reconcileAsleep(ctx, vc, conds, pki, len(etcdPods)+len(cpPods))
 	}
 	conds.awake()
@@ -374,6 +386,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		}
 	}
 	conds.apiServer(deploy, len(readyIPs), probeErr, podProblem(cpPods))
+	if conds.IsTrue(v1alpha1.ConditionAPIServerReady) {
+		r.Starts.Done(client.ObjectKeyFromObject(vc))
+	}
 	sharedNodeRetry, err := r.reconcileSharedNode(ctx, vc, pki, exposure, conds)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -396,6 +411,31 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		result.RequeueAfter = inactiveIn
 	}
 	return result, nil
+}
+
+// awaitStartSlot holds back a tenant whose control plane does not run (a new tenant, or one
+// waking) until the StartQueue lets it start, and says so in its APIServerReady condition. A
+// control plane that runs or is starting is never held back.
+func (r *Reconciler) awaitStartSlot(ctx context.Context, vc *v1alpha1.VirtualCluster, conds conditions) (queued bool, err error) {
+	if r.Starts == nil || r.Starts.Max <= 0 {
+		return false, nil
+	}
+	d := &appsv1.Deployment{}
+	err = r.Client.Get(ctx, types.NamespacedName{Namespace: vc.Namespace, Name: naming.For(vc.Name).ControlPlaneDeployment()}, d)
+	if err == nil && (d.Spec.Replicas == nil || *d.Spec.Replicas > 0) {
+		return false, nil
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return false, err
+	}
+	ok, ahead := r.Starts.Admit(client.ObjectKeyFromObject(vc), conds.Now)
+	if ok {
+		return false, nil
+	}
+	conds.Set(v1alpha1.ConditionAPIServerReady, false, ReasonQueued, fmt.Sprintf(
+		"waiting to start: %d tenants are starting or ahead in the queue, and this host starts %d at a time (the operator's --max-starting-tenants)",
+		ahead, r.Starts.Max))
+	return true, nil
 }
 
 // apply server-side applies obj, one of vc's objects of a kind the operator's cache watches,

@@ -49,6 +49,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 		return reconcile.Result{}, nil
 	}
 	log := ctrl.LoggerFrom(ctx)
+	r.Starts.Done(client.ObjectKeyFromObject(vc))
 	if r.SharedNodes != nil {
 		r.SharedNodes.Manager.Stop(vc.Namespace + "/" + vc.Name)
 	}

@@ -39,6 +39,7 @@ const (
 	ReasonIssuerNotAllowed    = "IssuerNotAllowed"
 	ReasonCAPending           = "CAPending"
 	ReasonSetupFailed         = "SetupFailed"
+	ReasonQueued              = "Queued"
 )
 
 // conditions are the VirtualCluster's conditions during one pass, with a setter per step.

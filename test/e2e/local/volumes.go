@@ -22,7 +22,7 @@ import (
 // of every claim: 5 s of each default VirtualCluster's creation, and a queue of helper pods
 // behind everything else when many are created at once.
 const (
-	volumesProcess     = "volumes"                  // its name among the recorded processes and logs
+	volumesProcess     = "volumes"                   // its name among the recorded processes and logs
 	volumesProvisioner = "kubenest.io/local-volumes" // the StorageClass's provisioner
 )
 

@@ -18,6 +18,10 @@ import (
 // A tenant holds its slot from when its workloads are created (or scaled up from sleep)
 // until it is Ready, it sleeps or it goes, or for at most Timeout: a tenant that cannot start
 // does not block the others.
+//
+// Turns are shared between namespaces: while tenants of another namespace wait, a namespace
+// holds at most half the slots (at least one), so a namespace that creates a hundred tenants
+// at once (or wakes them) delays the others' by little. Alone, it may use them all.
 type StartQueue struct {
 	// Max is how many tenants start at once; 0 means no limit.
 	Max int
@@ -49,17 +53,36 @@ func (q *StartQueue) Admit(tenant types.NamespacedName, now time.Time) (ok bool,
 	if _, holds := q.starting[tenant]; holds {
 		return true, 0
 	}
-	pos := slices.Index(q.waiting, tenant)
-	if pos < 0 {
+	if !slices.Contains(q.waiting, tenant) {
 		q.waiting = append(q.waiting, tenant)
-		pos = len(q.waiting) - 1
 	}
-	if free := q.Max - len(q.starting); pos < free {
-		q.waiting = slices.Delete(q.waiting, pos, pos+1)
+	pos := slices.Index(q.order(), tenant)
+	if pos < q.Max-len(q.starting) {
+		q.waiting = slices.DeleteFunc(q.waiting, func(t types.NamespacedName) bool { return t == tenant })
 		q.starting[tenant] = now
 		return true, 0
 	}
 	return false, len(q.starting) + pos
+}
+
+// order is the waiting tenants in the order they get slots: first, in arrival order, those
+// whose namespace holds fewer than its share, then the others in arrival order.
+func (q *StartQueue) order() []types.NamespacedName {
+	share := max(1, q.Max/2)
+	holding := map[string]int{}
+	for t := range q.starting {
+		holding[t.Namespace]++
+	}
+	var first, rest []types.NamespacedName
+	for _, t := range q.waiting {
+		if holding[t.Namespace] < share {
+			holding[t.Namespace]++
+			first = append(first, t)
+		} else {
+			rest = append(rest, t)
+		}
+	}
+	return append(first, rest...)
 }
 
 // Done gives tenant's slot back, or its place in the queue: it is Ready, asleep or gone.

@@ -50,3 +50,35 @@ func TestStartQueue(t *testing.T) {
 		t.Error("Max 0: every tenant starts")
 	}
 }
+
+// A namespace that creates many tenants at once does not hold the others' back.
+func TestStartQueueSharesNamespaces(t *testing.T) {
+	now := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	q := &StartQueue{Max: 4, Timeout: time.Minute}
+	hog := func(i int) types.NamespacedName { return types.NamespacedName{Namespace: "hog", Name: string(rune('a' + i))} }
+	for i := range 4 {
+		if ok, _ := q.Admit(hog(i), now); !ok {
+			t.Fatalf("alone, the namespace gets every slot: %s not admitted", hog(i).Name)
+		}
+	}
+	for i := 4; i < 10; i++ {
+		if ok, ahead := q.Admit(hog(i), now); ok || ahead != i {
+			t.Fatalf("Admit(%s) = %v, %d ahead; want false, %d", hog(i).Name, ok, ahead, i)
+		}
+	}
+	other := types.NamespacedName{Namespace: "team-a", Name: "dev"}
+	if ok, ahead := q.Admit(other, now); ok || ahead != 4 {
+		t.Fatalf("the other namespace's tenant: %v, %d ahead; want false, only the 4 starting ahead", ok, ahead)
+	}
+	q.Done(hog(0))
+	if ok, _ := q.Admit(hog(4), now); ok {
+		t.Error("the freed slot went to the namespace holding more than its share")
+	}
+	if ok, _ := q.Admit(other, now); !ok {
+		t.Error("the freed slot did not go to the other namespace's tenant")
+	}
+	q.Done(hog(1))
+	if ok, _ := q.Admit(hog(4), now); !ok {
+		t.Error("with nobody else waiting, the namespace gets the slot")
+	}
+}

@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
@@ -75,11 +74,7 @@ type loadBalancer struct {
 // runLoadBalancer is "local lb": it syncs everything whenever a Service, Node or kube-proxy
 // pod changes, and every 30 seconds.
 func runLoadBalancer(ctx context.Context, c config) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.hostKubeconfig())
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := c.hostClient(0)
 	if err != nil {
 		return err
 	}

@@ -487,11 +487,15 @@ func (c config) installAddons(ctx context.Context) error {
 	return kubectl("-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=3m")
 }
 
-func (c config) client() (*kubernetes.Clientset, error) {
+func (c config) client() (*kubernetes.Clientset, error) { return c.hostClient(5 * time.Second) }
+
+// hostClient reaches the host cluster as its admin; timeout bounds each request (0: none, for
+// the watches of the processes "up" runs).
+func (c config) hostClient(timeout time.Duration) (*kubernetes.Clientset, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.hostKubeconfig())
 	if err != nil {
 		return nil, err
 	}
-	cfg.Timeout = 5 * time.Second
+	cfg.Timeout = timeout
 	return kubernetes.NewForConfig(cfg)
 }

@@ -10,8 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
 )
 
@@ -38,11 +36,7 @@ func (c config) startVolumes() error {
 }
 
 func runVolumes(ctx context.Context, c config) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.hostKubeconfig())
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := c.hostClient(0)
 	if err != nil {
 		return err
 	}

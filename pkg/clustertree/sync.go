@@ -29,9 +29,17 @@ const (
 // (yet) is skipped: the host pod is made all the same, and the host's kubelet waits for it as a
 // kubelet does (CreateContainerConfigError, a volume not mounted), until the tenant makes it
 // and its copy follows (copies.go).
+//
+// Missing from the tenant's caches is asked of the tenant itself: virtual-kubelet waits only
+// for its pod cache before it creates pods, so a virtual node just started (a tenant waking,
+// with all its pods to make again) may not have its ConfigMaps and Secrets yet; skipped, their
+// copies would wait for the next sync period.
 func (p *provider) syncRefs(ctx context.Context, pod *corev1.Pod, hostPod string, refs Refs) error {
 	for _, name := range refs.ConfigMaps {
 		cm, err := p.tenantConfigMaps.ConfigMaps(pod.Namespace).Get(name)
+		if apierrors.IsNotFound(err) {
+			cm, err = p.tenant.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		}
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -44,6 +52,9 @@ func (p *provider) syncRefs(ctx context.Context, pod *corev1.Pod, hostPod string
 	}
 	for _, name := range refs.Secrets {
 		s, err := p.tenantSecrets.Secrets(pod.Namespace).Get(name)
+		if apierrors.IsNotFound(err) {
+			s, err = p.tenant.CoreV1().Secrets(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
+		}
 		if apierrors.IsNotFound(err) {
 			continue
 		}

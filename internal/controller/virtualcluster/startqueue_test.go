@@ -55,7 +55,9 @@ func TestStartQueue(t *testing.T) {
 func TestStartQueueSharesNamespaces(t *testing.T) {
 	now := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
 	q := &StartQueue{Max: 4, Timeout: time.Minute}
-	hog := func(i int) types.NamespacedName { return types.NamespacedName{Namespace: "hog", Name: string(rune('a' + i))} }
+	hog := func(i int) types.NamespacedName {
+		return types.NamespacedName{Namespace: "hog", Name: string(rune('a' + i))}
+	}
 	for i := range 4 {
 		if ok, _ := q.Admit(hog(i), now); !ok {
 			t.Fatalf("alone, the namespace gets every slot: %s not admitted", hog(i).Name)

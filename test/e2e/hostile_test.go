@@ -24,6 +24,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -363,6 +364,54 @@ func TestHostileTenant(t *testing.T) {
 		got.Spec.Nodes.PodSecurity = ""
 		got.Spec.ControlPlane.APIServer.ExtraArgs = map[string]string{"kubenest-node-pod-security": "privileged"}
 		refused(t, "the namespace's editor setting the guard's flag through extraArgs", admin.Update(ctx, got), "is set by the operator and cannot be overridden")
+	})
+
+	t.Run("a flood of VirtualClusters that never start, holding the operator's start turns", func(t *testing.T) {
+		// Each asks for more CPU than any node has: its etcd stays Pending, so it never becomes
+		// Ready and holds its start turn until the operator gives up on it (3 minutes). The
+		// local operator starts 4 tenants at a time; the attacker's namespace may hold 3.
+		var flood []*v1alpha1.VirtualCluster
+		for i := range 6 {
+			vc := newVC(nsA, fmt.Sprintf("flood-%d", i), v1alpha1.ExposureClusterIP)
+			vc.Spec.Etcd.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}
+			if err := admin.Create(ctx, vc); err != nil {
+				t.Fatal(err)
+			}
+			flood = append(flood, vc)
+		}
+		defer func() {
+			for _, vc := range flood {
+				deleteAndCheckGone(t, ctx, vc)
+			}
+		}()
+		queued := func() (n int) {
+			for _, vc := range flood {
+				got := &v1alpha1.VirtualCluster{}
+				if host.Get(ctx, client.ObjectKeyFromObject(vc), got) == nil {
+					if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionAPIServerReady); c != nil && c.Reason == "Queued" {
+						n++
+					}
+				}
+			}
+			return n
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return queued() >= 3, nil
+		}); err != nil {
+			t.Fatalf("the attacker's namespace was not held to its share of the start turns: %d of its 6 tenants queued", queued())
+		}
+
+		// Another namespace's new tenant starts at once, as if nobody were flooding.
+		late := newVC(nsV, "latecomer", v1alpha1.ExposureClusterIP)
+		if err := host.Create(ctx, late); err != nil {
+			t.Fatal(err)
+		}
+		defer deleteAndCheckGone(t, ctx, late)
+		start := time.Now()
+		waitVC(t, ctx, late, 90*time.Second, func(v *v1alpha1.VirtualCluster) bool {
+			return meta.IsStatusConditionTrue(v.Status.Conditions, v1alpha1.ConditionReady)
+		})
+		t.Logf("the victim namespace's new tenant Ready %s after its creation, %d of the attacker's tenants queued", time.Since(start).Round(100*time.Millisecond), queued())
 	})
 
 	t.Run("the operator's metrics, which name every tenant, and the victim apiserver's own", func(t *testing.T) {

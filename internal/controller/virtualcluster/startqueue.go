@@ -19,9 +19,11 @@ import (
 // until it is Ready, it sleeps or it goes, or for at most Timeout: a tenant that cannot start
 // does not block the others.
 //
-// Turns are shared between namespaces: while tenants of another namespace wait, a namespace
-// holds at most half the slots (at least one), so a namespace that creates a hundred tenants
-// at once (or wakes them) delays the others' by little. Alone, it may use them all.
+// Turns are shared between namespaces: one namespace never holds more than all slots but
+// one, and while tenants of another namespace wait, at most half (at least one). So a
+// namespace that creates a hundred tenants at once, or tenants that never start and hold
+// their turns until Timeout, delays another namespace's tenant by little: a turn is always
+// left for it.
 type StartQueue struct {
 	// Max is how many tenants start at once; 0 means no limit.
 	Max int
@@ -56,7 +58,12 @@ func (q *StartQueue) Admit(tenant types.NamespacedName, now time.Time) (ok bool,
 	if !slices.Contains(q.waiting, tenant) {
 		q.waiting = append(q.waiting, tenant)
 	}
-	pos := slices.Index(q.order(), tenant)
+	order := q.order()
+	pos := slices.Index(order, tenant)
+	if pos < 0 {
+		// Its namespace holds all it may: everyone in line goes first.
+		return false, len(q.starting) + len(order)
+	}
 	if pos < q.Max-len(q.starting) {
 		q.waiting = slices.DeleteFunc(q.waiting, func(t types.NamespacedName) bool { return t == tenant })
 		q.starting[tenant] = now
@@ -65,10 +72,11 @@ func (q *StartQueue) Admit(tenant types.NamespacedName, now time.Time) (ok bool,
 	return false, len(q.starting) + pos
 }
 
-// order is the waiting tenants in the order they get slots: first, in arrival order, those
-// whose namespace holds fewer than its share, then the others in arrival order.
+// order is the waiting tenants that may get slots, in the order they get them: first, in
+// arrival order, those whose namespace holds fewer than its share (half the slots), then the
+// others in arrival order as long as their namespace holds fewer than all slots but one.
 func (q *StartQueue) order() []types.NamespacedName {
-	share := max(1, q.Max/2)
+	share, limit := max(1, q.Max/2), max(1, q.Max-1)
 	holding := map[string]int{}
 	for t := range q.starting {
 		holding[t.Namespace]++
@@ -82,7 +90,13 @@ func (q *StartQueue) order() []types.NamespacedName {
 			rest = append(rest, t)
 		}
 	}
-	return append(first, rest...)
+	for _, t := range rest {
+		if holding[t.Namespace] < limit {
+			holding[t.Namespace]++
+			first = append(first, t)
+		}
+	}
+	return first
 }
 
 // Done gives tenant's slot back, or its place in the queue: it is Ready, asleep or gone.

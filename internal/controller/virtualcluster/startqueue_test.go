@@ -10,7 +10,9 @@ import (
 func TestStartQueue(t *testing.T) {
 	now := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
 	q := &StartQueue{Max: 2, Timeout: time.Minute}
-	a, b, c, d := types.NamespacedName{Name: "a"}, types.NamespacedName{Name: "b"}, types.NamespacedName{Name: "c"}, types.NamespacedName{Name: "d"}
+	// Each in a namespace of its own: the namespaces' shares are TestStartQueueSharesNamespaces's.
+	a, b, c, d := types.NamespacedName{Namespace: "a", Name: "a"}, types.NamespacedName{Namespace: "b", Name: "b"},
+		types.NamespacedName{Namespace: "c", Name: "c"}, types.NamespacedName{Namespace: "d", Name: "d"}
 	admit := func(who types.NamespacedName, at time.Time, wantOK bool, wantAhead int) {
 		t.Helper()
 		if ok, ahead := q.Admit(who, at); ok != wantOK || ahead != wantAhead {
@@ -58,29 +60,36 @@ func TestStartQueueSharesNamespaces(t *testing.T) {
 	hog := func(i int) types.NamespacedName {
 		return types.NamespacedName{Namespace: "hog", Name: string(rune('a' + i))}
 	}
-	for i := range 4 {
+	for i := range 3 {
 		if ok, _ := q.Admit(hog(i), now); !ok {
-			t.Fatalf("alone, the namespace gets every slot: %s not admitted", hog(i).Name)
+			t.Fatalf("alone, the namespace gets all slots but one: %s not admitted", hog(i).Name)
 		}
 	}
-	for i := 4; i < 10; i++ {
-		if ok, ahead := q.Admit(hog(i), now); ok || ahead != i {
-			t.Fatalf("Admit(%s) = %v, %d ahead; want false, %d", hog(i).Name, ok, ahead, i)
+	for i := 3; i < 10; i++ {
+		if ok, _ := q.Admit(hog(i), now); ok {
+			t.Fatalf("Admit(%s): the namespace got its 4th slot; one is always left for another namespace", hog(i).Name)
 		}
 	}
+	// Its three may never start (they hold their turns until Timeout): another namespace's
+	// tenant starts at once all the same.
 	other := types.NamespacedName{Namespace: "team-a", Name: "dev"}
-	if ok, ahead := q.Admit(other, now); ok || ahead != 4 {
-		t.Fatalf("the other namespace's tenant: %v, %d ahead; want false, only the 4 starting ahead", ok, ahead)
+	if ok, _ := q.Admit(other, now); !ok {
+		t.Fatal("another namespace's tenant waits behind a namespace holding all slots but one")
+	}
+	late := types.NamespacedName{Namespace: "team-b", Name: "dev"}
+	if ok, ahead := q.Admit(late, now); ok || ahead != 4 {
+		t.Fatalf("a third namespace's tenant: %v, %d ahead; want false, only the 4 starting ahead", ok, ahead)
 	}
 	q.Done(hog(0))
-	if ok, _ := q.Admit(hog(4), now); ok {
-		t.Error("the freed slot went to the namespace holding more than its share")
+	if ok, _ := q.Admit(hog(3), now); ok {
+		t.Error("the freed slot went to the namespace holding more than its share while another waits")
 	}
-	if ok, _ := q.Admit(other, now); !ok {
-		t.Error("the freed slot did not go to the other namespace's tenant")
+	if ok, _ := q.Admit(late, now); !ok {
+		t.Error("the freed slot did not go to the waiting namespace's tenant")
 	}
-	q.Done(hog(1))
-	if ok, _ := q.Admit(hog(4), now); !ok {
-		t.Error("with nobody else waiting, the namespace gets the slot")
+	q.Done(late)
+	q.Done(other)
+	if ok, _ := q.Admit(hog(3), now); !ok {
+		t.Error("with nobody else waiting, the namespace gets a slot")
 	}
 }

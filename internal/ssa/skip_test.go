@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -99,9 +100,16 @@ func TestApplierUndoesOthersChanges(t *testing.T) {
 		t.Errorf("after someone else's change and an apply the Secret holds %q", got)
 	}
 
-	// Deleted: applied again, it is back.
+	// Deleted: applied again once the cache has seen it go (its watch event is what wakes a
+	// controller's reconcile), it is back.
 	if err := env.Client.Delete(ctx, live()); err != nil {
 		t.Fatal(err)
+	}
+	err = wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "certs"}, &corev1.Secret{})), nil
+	})
+	if err != nil {
+		t.Fatal("the cache never saw the deletion")
 	}
 	apply("apply after a deletion")
 	if got := string(live().Data["ca.crt"]); got != "the CA" {

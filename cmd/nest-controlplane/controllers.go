@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -28,11 +29,12 @@ import (
 //
 // Apart, each process pays the package state and runtime of the whole Kubernetes code base it
 // imports; together an idle pair held 37.8 MiB instead of 35.5 + 16.2 (BENCHMARKS.md). Each
-// keeps its own flags, serving port, lease and clients. What is the process's is shared:
-// logging, feature gates and metrics settings must be the same on both sides (the operator
-// gives both the same), and when either component stops, for an error or a lost lease, the
-// process ends with its exit code and the kubelet restarts both. The controller-manager's
-// ValidatingAdmissionPolicy status controller starts only once the tenant has a policy
+// keeps its own flags, serving port and clients. What is the process's is shared: logging,
+// feature gates and metrics settings must be the same on both sides (the operator gives both
+// the same), and when either component stops, for an error or a lost lease, the process ends
+// with its exit code and the kubelet restarts both. The scheduler runs while the
+// controller-manager leads, under its lease (leading.go); the controller-manager's
+// ValidatingAdmissionPolicy status controller too, once the tenant has a policy
 // (vapstatus.go).
 func runControllers(args []string) int {
 	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "--help" }) {
@@ -46,38 +48,38 @@ func runControllers(args []string) int {
 		return 2
 	}
 	cmArgs, schedArgs := args[:i], args[i+1:]
+	started := time.Now()
 	// Each component applies its logging configuration; the second application is accepted
 	// when it is the same as the first.
 	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
 
 	// The scheduler starts once the controller-manager has parsed its flags (feature gates
-	// and other process-wide settings are set once at a time) and found the apiserver ready.
-	// The ValidatingAdmissionPolicy status controller leaves the controller-manager's list
-	// for a lazy start (vapstatus.go).
+	// and other process-wide settings are set once at a time), found the apiserver ready and
+	// taken its lease. The ValidatingAdmissionPolicy status controller leaves the
+	// controller-manager's list for a lazy start (vapstatus.go).
 	type exit struct {
 		component string
 		code      int
 	}
-	exits := make(chan exit, 3)
+	exits := make(chan exit, 4)
 	cmStarted := make(chan struct{})
-	var kubeconfig string
+	var (
+		kubeconfig string
+		lease      *cmLease
+		vapStatus  func(context.Context) error
+	)
 	upstream := controllermanager.NewControllerManagerCommand()
 	run := upstream.RunE
 	upstream.RunE = func(c *cobra.Command, args []string) error {
-		vapStatus, err := lazyVAPStatus(c.Flags())
-		if err != nil {
+		var err error
+		if vapStatus, err = lazyVAPStatus(c.Flags()); err != nil {
+			return err
+		}
+		if lease, err = controllerManagerLease(c.Flags()); err != nil {
 			return err
 		}
 		kubeconfig = c.Flags().Lookup("kubeconfig").Value.String()
 		close(cmStarted)
-		if vapStatus != nil {
-			go func() {
-				if err := vapStatus(c.Context()); err != nil {
-					klog.ErrorS(err, "Component failed")
-					exits <- exit{"validatingadmissionpolicy-status-controller", 1}
-				}
-			}()
-		}
 		return run(c, args)
 	}
 	cm := waitFirst(upstream, "kubeconfig", waitForAPIServer)
@@ -103,7 +105,24 @@ func runControllers(args []string) int {
 	case <-cmStarted:
 	}
 	idlegc.Start(context.Background())
-	go func() { exits <- exit{"kube-scheduler", cli.Run(sched)} }()
+	go func() {
+		if lease != nil {
+			if err := lease.waitLeading(context.Background(), started); err != nil {
+				klog.ErrorS(err, "Waiting for the controller-manager's lease")
+				exits <- exit{"kube-scheduler", 1}
+				return
+			}
+		}
+		if vapStatus != nil {
+			go func() {
+				if err := vapStatus(context.Background()); err != nil {
+					klog.ErrorS(err, "Component failed")
+					exits <- exit{"validatingadmissionpolicy-status-controller", 1}
+				}
+			}()
+		}
+		exits <- exit{"kube-scheduler", cli.Run(sched)}
+	}()
 	if cidr := os.Getenv(controlplane.ServiceCIDREnv); cidr != "" {
 		go func() {
 			if err := serveNodePorts(context.Background(), kubeconfig, cidr); err != nil {
@@ -122,11 +141,16 @@ func controllersUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage: nest-controlplane controllers [kube-controller-manager flags] -- [kube-scheduler flags]
 
 Runs kube-controller-manager and kube-scheduler in one process, each with its own flags,
-serving port, leader lease and clients; they share the process's memory and runtime. Settings
+serving port and clients; they share the process's memory and runtime. Settings
 of the process itself (--v, --vmodule, the --log-* and --logging-format flags, --feature-gates,
 --emulated-version, the metrics flags) must be the same on both sides. When either component
 stops, the process ends with its exit code. Both wait for the apiserver their --kubeconfig
 names before they start.
+
+One lease for both: with the controller-manager's --leader-elect (the default), the scheduler
+starts once this process's controller-manager holds its lease, and runs until the process
+ends (the controller-manager ends it when it loses the lease). Give the scheduler
+--leader-elect=false, as the operator does; with true it also takes a lease of its own.
 
 With $KUBENEST_SERVICE_CIDR set (the tenant's Service range; the operator sets it), the
 process also serves the tenant's NodePorts: it listens on each NodePort (TCP or UDP) of the
@@ -134,9 +158,9 @@ Services its --kubeconfig sees and passes each connection on to the Service's Cl
 that is in the range. The shared node's address leads its NodePorts here (clustertree).
 
 The controller-manager's validatingadmissionpolicy-status-controller (when --controllers
-enables it) starts once the cluster has a ValidatingAdmissionPolicy, under a lease of its own
-(kube-system/kubenest-validatingadmissionpolicy-status): upstream builds the schemas it
-type-checks policies against when the controller-manager starts, policies or not.
+enables it) starts once the cluster has a ValidatingAdmissionPolicy and the controller-manager
+leads: upstream builds the schemas it type-checks policies against when the
+controller-manager starts, policies or not.
 
 'nest-controlplane controller-manager --help' and 'nest-controlplane scheduler --help' list
 the flags of each.

@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/spf13/pflag"
 	apiextensionsscheme "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,15 +21,11 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/controller-manager/pkg/clientbuilder"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-controller-manager/names"
 	"k8s.io/kubernetes/pkg/controller/validatingadmissionpolicystatus"
 	"k8s.io/kubernetes/pkg/generated/openapi"
-
-	"github.com/kubenest-io/kubenest/pkg/controlplane"
 )
 
 // The controller-manager's ValidatingAdmissionPolicy status controller type-checks the CEL
@@ -43,10 +37,9 @@ import (
 // In the controllers process, that controller is taken out of the controller-manager's list
 // (lazyVAPStatus) and upstream's code runs it, as the controller-manager would (its service
 // account's credentials, five workers, a REST mapper reset every 30 s), once the tenant has its
-// first policy; until then the process only watches policies. It takes a lease of its own
-// (controlplane.VAPStatusLease) with the controller-manager's leader-election settings, so one
-// process of a tenant runs it, and the process ends when it loses it, as the
-// controller-manager does.
+// first policy; until then the process only watches policies. It runs while the
+// controller-manager leads, under its lease, as the controller-manager's own controllers do
+// (leading.go).
 
 const (
 	vapStatusWorkers        = 5 // the controller-manager's --concurrent-validating-admission-policy-status-syncs
@@ -76,57 +69,19 @@ func lazyVAPStatus(flags *pflag.FlagSet) (func(ctx context.Context) error, error
 	}
 
 	kubeconfig := flags.Lookup("kubeconfig").Value.String()
-	election := leaderelection.LeaderElectionConfig{Name: controlplane.VAPStatusLease, ReleaseOnCancel: true}
-	elect, err := flags.GetBool("leader-elect")
-	if err != nil {
-		return nil, err
-	}
-	namespace := flags.Lookup("leader-elect-resource-namespace").Value.String()
-	for flag, d := range map[string]*time.Duration{
-		"leader-elect-lease-duration": &election.LeaseDuration,
-		"leader-elect-renew-deadline": &election.RenewDeadline,
-		"leader-elect-retry-period":   &election.RetryPeriod,
-	} {
-		if *d, err = flags.GetDuration(flag); err != nil {
-			return nil, err
-		}
-	}
 	return func(ctx context.Context) error {
 		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		if !elect {
-			return runVAPStatusOnFirstPolicy(ctx, cfg, nil)
-		}
-		election.Lock, err = leaseLock(cfg, namespace)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		return runVAPStatusOnFirstPolicy(ctx, cfg, &election)
-	}, nil
-}
-
-func leaseLock(cfg *rest.Config, namespace string) (resourcelock.Interface, error) {
-	host, err := os.Hostname()
-	if err != nil {
-		return nil, err
-	}
-	client, err := kubernetes.NewForConfig(rest.AddUserAgent(cfg, "leader-election"))
-	if err != nil {
-		return nil, err
-	}
-	return &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: controlplane.VAPStatusLease},
-		Client:     client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: host + "_" + uuid.NewString()},
+		return runVAPStatusOnFirstPolicy(ctx, cfg)
 	}, nil
 }
 
 // runVAPStatusOnFirstPolicy watches the tenant's ValidatingAdmissionPolicies and, once one
-// exists, runs the status controller (under election, when given) until ctx ends. It returns
-// an error when the controller cannot be set up or its lease is lost.
-func runVAPStatusOnFirstPolicy(ctx context.Context, cfg *rest.Config, election *leaderelection.LeaderElectionConfig) error {
+// exists, runs the status controller until ctx ends. It returns an error when the controller
+// cannot be set up.
+func runVAPStatusOnFirstPolicy(ctx context.Context, cfg *rest.Config) error {
 	name := names.ValidatingAdmissionPolicyStatusController
 	root, err := kubernetes.NewForConfig(rest.AddUserAgent(cfg, name))
 	if err != nil {
@@ -170,26 +125,7 @@ func runVAPStatusOnFirstPolicy(ctx context.Context, cfg *rest.Config, election *
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	run := func(ctx context.Context) {
-		go wait.UntilWithContext(ctx, func(context.Context) { mapper.Reset() }, vapStatusMapperInterval)
-		c.Run(ctx, vapStatusWorkers)
-	}
-	if election == nil {
-		run(ctx)
-		return nil
-	}
-	lost := false
-	election.Callbacks = leaderelection.LeaderCallbacks{
-		OnStartedLeading: run,
-		OnStoppedLeading: func() { lost = ctx.Err() == nil },
-	}
-	elector, err := leaderelection.NewLeaderElector(*election)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	elector.Run(ctx) // returns when ctx ends or the lease is lost, after OnStoppedLeading
-	if lost {
-		return fmt.Errorf("%s: lost its lease %s", name, controlplane.VAPStatusLease)
-	}
+	go wait.UntilWithContext(ctx, func(context.Context) { mapper.Reset() }, vapStatusMapperInterval)
+	c.Run(ctx, vapStatusWorkers)
 	return nil
 }

@@ -40,13 +40,6 @@ func TenantClusterRoles() []rbacv1.ClusterRole {
 			rule("discovery.k8s.io", []string{"endpointslices"}, "create"),
 			named("discovery.k8s.io", "endpointslices", []string{sharednode.AddressSliceKubelet, sharednode.AddressSliceNodePorts}, "update", "delete"),
 		),
-		// The lease under which the controllers process runs the ValidatingAdmissionPolicy
-		// status controller (nest-controlplane controllers), as the controller-manager's user;
-		// the built-in role lets it create leases, and keep only its own.
-		clusterRole("kubenest:controller-manager",
-			rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
-				ResourceNames: []string{VAPStatusLease}, Verbs: []string{"get", "update"}},
-		),
 		// What the tenant's CoreDNS reads.
 		clusterRole("kubenest:dns",
 			rule("", []string{"services", "namespaces"}, "list", "watch"),
@@ -69,7 +62,6 @@ func TenantClusterRoleBindings() []rbacv1.ClusterRoleBinding {
 		clusterRoleBinding("kubenest:apiserver-kubelet-client", "system:kubelet-api-admin", user(APIServerKubeletClient)),
 		clusterRoleBinding("kubenest:clustertree", "kubenest:clustertree", user(ClusterTreeUser)),
 		clusterRoleBinding("kubenest:dns", "kubenest:dns", user(DNSUser)),
-		clusterRoleBinding("kubenest:controller-manager", "kubenest:controller-manager", user(ControllerManagerUser)),
 		// Lent host nodes join with a bootstrap token: it may ask for a node client
 		// certificate, which is approved at once; joined nodes renew their own.
 		clusterRoleBinding("kubenest:kubelet-bootstrap", "system:node-bootstrapper", group(nodepool.BootstrapGroup)),
@@ -77,10 +69,6 @@ func TenantClusterRoleBindings() []rbacv1.ClusterRoleBinding {
 		clusterRoleBinding("kubenest:node-autoapprove-certificate-rotation", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", group("system:nodes")),
 	}
 }
-
-// VAPStatusLease is the lease in kube-system of the tenant's ValidatingAdmissionPolicy status
-// controller, which the controllers process runs apart from the controller-manager's own.
-const VAPStatusLease = "kubenest-validatingadmissionpolicy-status"
 
 func rule(group string, resources []string, verbs ...string) rbacv1.PolicyRule {
 	return rbacv1.PolicyRule{APIGroups: []string{group}, Resources: resources, Verbs: verbs}

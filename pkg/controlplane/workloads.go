@@ -736,16 +736,28 @@ func controllerManagerFlags(vc *v1alpha1.VirtualCluster) Flags {
 			"cluster-signing-kubelet-client-cert-file": KubeletSignerDir + "/" + KeyKubeletSignerCert,
 			"cluster-signing-kubelet-client-key-file":  KubeletSignerDir + "/" + KeyKubeletSignerKey,
 		},
-		Defaults: withLeaderElection(map[string]string{
+		Defaults: map[string]string{
 			"cluster-name": vc.Name,
 			"controllers":  "*,bootstrapsigner,tokencleaner",
 			"profiling":    "false",
-		}),
+			// The lease the whole controllers process runs under (the scheduler too): the
+			// leader renews it every 3 s instead of upstream's 2 s (each renewal is a write to
+			// etcd: 20 a minute instead of 30), and it lasts 13 s instead of 15, so that a
+			// replacement still takes over no later than upstream's would after a leader
+			// dies: it sees the last renewal up to one retry late and tries once per retry,
+			// 13 + 2×3 = 19 s at most, upstream 15 + 2×2 = 19 s. The leader still gives up
+			// after 10 s without renewing.
+			"leader-elect-lease-duration": "13s",
+			"leader-elect-renew-deadline": "10s",
+			"leader-elect-retry-period":   "3s",
+		},
 		Extra: vc.Spec.ControlPlane.ControllerManager.ExtraArgs,
 	}
 }
 
-// schedulerFlags are the kube-scheduler's flags.
+// schedulerFlags are the kube-scheduler's flags. It takes no lease of its own: the
+// controllers process runs it while its controller-manager leads (nest-controlplane
+// controllers --help), which halves the idle tenant's lease renewals.
 func schedulerFlags(vc *v1alpha1.VirtualCluster) Flags {
 	return Flags{
 		Owned: map[string]string{
@@ -753,25 +765,12 @@ func schedulerFlags(vc *v1alpha1.VirtualCluster) Flags {
 			"authorization-kubeconfig":  pkiPath(KeySchedulerKubeconfig),
 			"bind-address":              "0.0.0.0",
 			"kubeconfig":                pkiPath(KeySchedulerKubeconfig),
-			"leader-elect":              "true",
+			"leader-elect":              "false",
 			"secure-port":               fmt.Sprint(SchedulerPort),
 		},
-		Defaults: withLeaderElection(map[string]string{"profiling": "false"}),
+		Defaults: map[string]string{"profiling": "false"},
 		Extra:    vc.Spec.ControlPlane.Scheduler.ExtraArgs,
 	}
-}
-
-// withLeaderElection adds to a component's default flags the timing of its leader election:
-// the leader renews its Lease every 3 s instead of upstream's 2 s (each renewal is a write to
-// etcd: 20 a minute per component instead of 30), and the Lease lasts 13 s instead of 15, so
-// that a replacement still takes over no later than upstream's would after a leader dies: it
-// sees the last renewal up to one retry late and tries once per retry, 13 + 2×3 = 19 s at
-// most, upstream 15 + 2×2 = 19 s. The leader still gives up after 10 s without renewing.
-func withLeaderElection(flags map[string]string) map[string]string {
-	flags["leader-elect-lease-duration"] = "13s"
-	flags["leader-elect-renew-deadline"] = "10s"
-	flags["leader-elect-retry-period"] = "3s"
-	return flags
 }
 
 // pkiPath is where a file of the control-plane certificates Secret is mounted.

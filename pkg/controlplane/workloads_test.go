@@ -353,8 +353,9 @@ func TestControlPlaneDeploymentContainers(t *testing.T) {
 		{
 			component: "scheduler", container: controlplane.ContainerControllers, command: "controllers",
 			want: map[string]string{
-				"kubeconfig":   controlplane.PKIDir + "/" + controlplane.KeySchedulerKubeconfig,
-				"leader-elect": "true",
+				"kubeconfig": controlplane.PKIDir + "/" + controlplane.KeySchedulerKubeconfig,
+				// It runs under the controller-manager's lease (nest-controlplane controllers).
+				"leader-elect": "false",
 			},
 		},
 	}

@@ -135,15 +135,25 @@ func TestHAUnderFault(t *testing.T) {
 		}
 		return []corev1.Pod{pod}
 	})
-	fault("an apiserver's pod is deleted", func(t *testing.T) []corev1.Pod {
-		pods := &corev1.PodList{}
-		if err := host.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(names.Labels(naming.ComponentControlPlane))); err != nil || len(pods.Items) == 0 {
-			t.Fatalf("control-plane pods: %v (%d)", err, len(pods.Items))
+	fault("the leading control-plane pod is deleted", func(t *testing.T) []corev1.Pod {
+		// The pod whose controller-manager holds the lease the scheduler also runs under.
+		lease, err := tenant.CoordinationV1().Leases("kube-system").Get(ctx, "kube-controller-manager", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil {
+			t.Fatalf("the controller-manager's lease: %v", err)
 		}
-		if err := host.Delete(ctx, &pods.Items[0]); err != nil {
+		pod := &corev1.Pod{}
+		leader := strings.Split(*lease.Spec.HolderIdentity, "_")[0]
+		if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: leader}, pod); err != nil {
+			t.Fatalf("the leading control-plane pod %s: %v", leader, err)
+		}
+		if err := host.Delete(ctx, pod); err != nil {
 			t.Fatal(err)
 		}
-		return pods.Items[:1]
+		return []corev1.Pod{*pod}
+	})
+	// The other pod's controller-manager took over, and its scheduler with it.
+	t.Run("a new leader's controllers and scheduler work", func(t *testing.T) {
+		checkScheduled(t, ctx, tenant, "after-failover")
 	})
 	fault("the operator is deleted", func(t *testing.T) []corev1.Pod {
 		op := killOperator(t, ctx)
@@ -200,6 +210,42 @@ func TestHAUnderFault(t *testing.T) {
 		t.Errorf("%d of the %d ConfigMaps written before the faults are left", found, kept)
 	}
 	deleteAndCheckGone(t, ctx, vc)
+}
+
+// checkScheduled creates a Deployment in the tenant and waits until its pod has been
+// considered by the tenant's scheduler (scheduled, or reported unschedulable): the
+// controller-manager and the scheduler both run.
+func checkScheduled(t *testing.T, ctx context.Context, tenant kubernetes.Interface, name string) {
+	t.Helper()
+	labels := map[string]string{"app": name}
+	_, err := tenant.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := tenant.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+		if err != nil || len(pods.Items) == 0 {
+			return false, nil
+		}
+		for _, c := range pods.Items[0].Status.Conditions {
+			if c.Type == corev1.PodScheduled {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Errorf("the tenant's controller-manager and scheduler did not make and place the Deployment's pod: %v", err)
+	}
 }
 
 // drainTenant cordons a node and evicts the tenant's pods from it, as kubectl drain would:

@@ -391,14 +391,18 @@ func LeafSpecs(vc *v1alpha1.VirtualCluster, s Settings, exp Exposure) (map[Leaf]
 	return map[Leaf]LeafSpec{
 		LeafAPIServer:              leaf(IssuerCA, "kube-apiserver", nil, pki.UsageServer, apiDNS, apiIPs),
 		LeafAPIServerKubeletClient: leaf(IssuerCA, APIServerKubeletClient, nil, pki.UsageClient, nil, nil),
-		LeafControllerManager:      leaf(IssuerCA, ControllerManagerUser, nil, pki.UsageClient, nil, nil),
-		LeafScheduler:              leaf(IssuerCA, SchedulerUser, nil, pki.UsageClient, nil, nil),
-		LeafDNS:                    leaf(IssuerCA, DNSUser, nil, pki.UsageClient, nil, nil),
-		LeafAdmin:                  leaf(IssuerCA, AdminUser, []string{MastersGroup}, pki.UsageClient, nil, nil),
-		LeafFrontProxyClient:       leaf(IssuerFrontProxyCA, FrontProxyClientUser, nil, pki.UsageClient, nil, nil),
-		LeafAPIServerEtcdClient:    leaf(IssuerEtcdCA, "kube-apiserver-etcd-client", nil, pki.UsageClient, nil, nil),
-		LeafEtcdServer:             leaf(IssuerEtcdCA, "etcd-server", nil, pki.UsageServer|pki.UsageClient, etcdDNS, loopback),
-		LeafEtcdPeer:               leaf(IssuerEtcdCA, "etcd-peer", nil, pki.UsageServer|pki.UsageClient, peerDNS, nil),
+		// The controller-manager's and the scheduler's certificates are also what they serve
+		// their ports with (the liveness probe, metrics): without one, each generates a
+		// self-signed RSA CA and certificate every time it starts, four RSA keys per start
+		// of the controllers process, most of its start's CPU.
+		LeafControllerManager:   leaf(IssuerCA, ControllerManagerUser, nil, pki.UsageClient|pki.UsageServer, []string{"localhost"}, loopback),
+		LeafScheduler:           leaf(IssuerCA, SchedulerUser, nil, pki.UsageClient|pki.UsageServer, []string{"localhost"}, loopback),
+		LeafDNS:                 leaf(IssuerCA, DNSUser, nil, pki.UsageClient, nil, nil),
+		LeafAdmin:               leaf(IssuerCA, AdminUser, []string{MastersGroup}, pki.UsageClient, nil, nil),
+		LeafFrontProxyClient:    leaf(IssuerFrontProxyCA, FrontProxyClientUser, nil, pki.UsageClient, nil, nil),
+		LeafAPIServerEtcdClient: leaf(IssuerEtcdCA, "kube-apiserver-etcd-client", nil, pki.UsageClient, nil, nil),
+		LeafEtcdServer:          leaf(IssuerEtcdCA, "etcd-server", nil, pki.UsageServer|pki.UsageClient, etcdDNS, loopback),
+		LeafEtcdPeer:            leaf(IssuerEtcdCA, "etcd-peer", nil, pki.UsageServer|pki.UsageClient, peerDNS, nil),
 	}, nil
 }
 

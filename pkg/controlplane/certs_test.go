@@ -255,8 +255,9 @@ func TestLeafSpecsIdentities(t *testing.T) {
 		usage  pki.Usage
 	}{
 		{controlplane.LeafAPIServerKubeletClient, controlplane.IssuerCA, controlplane.APIServerKubeletClient, nil, pki.UsageClient},
-		{controlplane.LeafControllerManager, controlplane.IssuerCA, controlplane.ControllerManagerUser, nil, pki.UsageClient},
-		{controlplane.LeafScheduler, controlplane.IssuerCA, controlplane.SchedulerUser, nil, pki.UsageClient},
+		// Also the certificates they serve their ports with, for localhost.
+		{controlplane.LeafControllerManager, controlplane.IssuerCA, controlplane.ControllerManagerUser, nil, pki.UsageClient | pki.UsageServer},
+		{controlplane.LeafScheduler, controlplane.IssuerCA, controlplane.SchedulerUser, nil, pki.UsageClient | pki.UsageServer},
 		{controlplane.LeafDNS, controlplane.IssuerCA, controlplane.DNSUser, nil, pki.UsageClient},
 		{controlplane.LeafAdmin, controlplane.IssuerCA, controlplane.AdminUser, []string{controlplane.MastersGroup}, pki.UsageClient},
 		{controlplane.LeafFrontProxyClient, controlplane.IssuerFrontProxyCA, controlplane.FrontProxyClientUser, nil, pki.UsageClient},
@@ -269,7 +270,11 @@ func TestLeafSpecsIdentities(t *testing.T) {
 				t.Errorf("%s = issuer %v CN %q O %q usage %v; want issuer %v CN %q O %q usage %v", tt.leaf,
 					spec.Issuer, spec.CommonName, spec.Organization, spec.Usage, tt.issuer, tt.cn, tt.orgs, tt.usage)
 			}
-			if len(spec.DNSNames) != 0 || len(spec.IPs) != 0 {
+			if tt.usage&pki.UsageServer != 0 {
+				if !slices.Equal(spec.DNSNames, []string{"localhost"}) || len(spec.IPs) != 1 || !spec.IPs[0].Equal(net.ParseIP("127.0.0.1")) {
+					t.Errorf("serving certificate %s has SANs %q %v, want localhost and 127.0.0.1", tt.leaf, spec.DNSNames, spec.IPs)
+				}
+			} else if len(spec.DNSNames) != 0 || len(spec.IPs) != 0 {
 				t.Errorf("client certificate %s has SANs %q %v", tt.leaf, spec.DNSNames, spec.IPs)
 			}
 		})

@@ -724,6 +724,8 @@ func controllerManagerFlags(vc *v1alpha1.VirtualCluster) Flags {
 			"leader-elect":                     "true",
 			"root-ca-file":                     pkiPath(KeyCACert),
 			"secure-port":                      fmt.Sprint(ControllerManagerPort),
+			"tls-cert-file":                    pkiPath(LeafControllerManager.CertFile()),
+			"tls-private-key-file":             pkiPath(LeafControllerManager.KeyFile()),
 			"service-account-private-key-file": pkiPath(KeySAKey),
 			"use-service-account-credentials":  "true",
 
@@ -767,6 +769,8 @@ func schedulerFlags(vc *v1alpha1.VirtualCluster) Flags {
 			"kubeconfig":                pkiPath(KeySchedulerKubeconfig),
 			"leader-elect":              "false",
 			"secure-port":               fmt.Sprint(SchedulerPort),
+			"tls-cert-file":             pkiPath(LeafScheduler.CertFile()),
+			"tls-private-key-file":      pkiPath(LeafScheduler.KeyFile()),
 		},
 		Defaults: map[string]string{"profiling": "false"},
 		Extra:    vc.Spec.ControlPlane.Scheduler.ExtraArgs,

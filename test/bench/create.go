@@ -73,7 +73,7 @@ func createReady(ctx context.Context, e *env, args []string) ([]Figure, error) {
 		if err != nil {
 			return nil, err
 		}
-		storage := "on a volume claim of the default StorageClass (local-path on the local cluster)"
+		storage := "on a volume claim of the default StorageClass (on the local cluster, local-path: a directory its local volumes process makes)"
 		if series.ephemeral {
 			storage = "on an emptyDir (etcd.storage.ephemeral)"
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -173,6 +174,7 @@ echo reached the tenant apiserver at kubernetes.default.svc`, web.Spec.ClusterIP
 			t.Fatal(err)
 		}
 		checkOneKubeProxy(t, ctx, lendableNode, lent.Status.Endpoint)
+		checkNoHostServiceRules(t, ctx, lendableNode)
 		check(t, lendableNode)
 		// A Service made now is one the host's kube-proxy never saw on this node: only the
 		// tenant's routes it here.
@@ -284,6 +286,47 @@ func checkOneKubeProxy(t *testing.T, ctx context.Context, node, server string) {
 	})
 	if err != nil || servers[0] != server {
 		t.Errorf("kube-proxies in %s's network namespace serve %q; want one, for %s", node, servers, server)
+	}
+}
+
+// checkNoHostServiceRules fails t if the host's own Services (those of its Service range,
+// 10.96.0.0/16 in the local cluster: its apiserver, DNS, KubeNest's portal, ...) are still
+// routed in node's network namespace: once a node is lent, the rules the host's kube-proxy
+// left there must be gone (the tenant's kube-proxy rewrites the node's Service chains), or
+// the tenant's pods on it could reach the host's Service addresses.
+func checkNoHostServiceRules(t *testing.T, ctx context.Context, node string) {
+	t.Helper()
+	hostRange := netip.MustParsePrefix("10.96.0.0/16")
+	svcs, err := hostCS.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hostIPs []string
+	for _, svc := range svcs.Items {
+		if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil && hostRange.Contains(ip) {
+			hostIPs = append(hostIPs, svc.Namespace+"/"+svc.Name+" "+ip.String())
+		}
+	}
+	if len(hostIPs) == 0 {
+		t.Fatal("the host has no Service in 10.96.0.0/16 to look for")
+	}
+	var routed []string
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", node, "iptables-save", "-t", "nat").CombinedOutput()
+		if err != nil {
+			routed = []string{fmt.Sprintf("iptables-save: %v: %s", err, out)}
+			return false, nil
+		}
+		routed = nil
+		for _, svc := range hostIPs {
+			if strings.Contains(string(out), " -d "+strings.Fields(svc)[1]+"/32 ") {
+				routed = append(routed, svc)
+			}
+		}
+		return len(routed) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("host Services still routed on the lent node %s: %v", node, routed)
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/naming"
+	"github.com/kubenest-io/kubenest/pkg/pki"
 )
 
 // certManagerNamespace is where the local cluster's cert-manager keeps ClusterIssuer Secrets.
@@ -34,14 +34,22 @@ func TestCertManagerIssuer(t *testing.T) {
 	defer cancel()
 	ns := createNamespace(t, ctx, "e2e-cert-manager")
 
-	// The platform's CA: a self-signed root and a CA ClusterIssuer that signs with it.
-	selfSigned := cmmeta.IssuerReference{Name: "e2e-selfsigned", Kind: cmapi.ClusterIssuerKind, Group: "cert-manager.io"}
+	// The platform's CA: a root the platform brings (made here) in a Secret, and a CA
+	// ClusterIssuer that signs with it. (A root issued by cert-manager's own self-signed
+	// issuer was once issued twice within a second, with a new key the second time, so that
+	// the tenant's CA chained to a root the Secret no longer held.)
+	root, err := pki.NewCA("e2e-platform-root", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootKey, err := root.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootCert := pki.EncodeCert(root.Cert)
 	platform := []client.Object{
-		&cmapi.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: selfSigned.Name},
-			Spec: cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{SelfSigned: &cmapi.SelfSignedIssuer{}}}},
-		&cmapi.Certificate{ObjectMeta: metav1.ObjectMeta{Name: "e2e-platform-root", Namespace: certManagerNamespace},
-			Spec: cmapi.CertificateSpec{IsCA: true, CommonName: "e2e-platform-root", SecretName: "e2e-platform-root", IssuerRef: selfSigned,
-				PrivateKey: &cmapi.CertificatePrivateKey{Algorithm: cmapi.ECDSAKeyAlgorithm, Size: 256}}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "e2e-platform-root", Namespace: certManagerNamespace}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{corev1.TLSCertKey: rootCert, corev1.TLSPrivateKeyKey: rootKey}},
 		&cmapi.ClusterIssuer{ObjectMeta: metav1.ObjectMeta{Name: "e2e-platform-ca"},
 			Spec: cmapi.IssuerSpec{IssuerConfig: cmapi.IssuerConfig{CA: &cmapi.CAIssuer{SecretName: "e2e-platform-root"}}}},
 	}
@@ -51,9 +59,6 @@ func TestCertManagerIssuer(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = host.Delete(context.Background(), obj) })
 	}
-	t.Cleanup(func() {
-		_ = host.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "e2e-platform-root", Namespace: certManagerNamespace}})
-	})
 
 	vc := newVC(ns, "issued", v1alpha1.ExposureNodePort)
 	vc.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "e2e-platform-ca", Kind: cmapi.ClusterIssuerKind}}
@@ -69,14 +74,8 @@ func TestCertManagerIssuer(t *testing.T) {
 
 	// A client that trusts only the ClusterIssuer's root verifies the apiserver: it serves
 	// its certificate with the tenant CA cert-manager issued.
-	root := &corev1.Secret{}
-	if err := host.Get(ctx, types.NamespacedName{Namespace: certManagerNamespace, Name: "e2e-platform-root"}, root); err != nil {
-		t.Fatal(err)
-	}
 	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(root.Data[corev1.TLSCertKey]) {
-		t.Fatal("the root Secret holds no certificate")
-	}
+	roots.AddCert(root.Cert)
 	endpoint, err := url.Parse(got.Status.Endpoint)
 	if err != nil {
 		t.Fatal(err)

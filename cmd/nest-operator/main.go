@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -148,6 +149,9 @@ Flags:
 	if err != nil {
 		return fmt.Errorf("host cluster configuration: %w", err)
 	}
+	// A warning of the host (a deprecated API, such as the v1 Endpoints removed on every pass
+	// of a sleeping tenant) is logged once, not at every request that draws it.
+	cfg.WarningHandlerWithContext = ctrllog.NewKubeAPIWarningLogger(ctrllog.KubeAPIWarningLoggerOptions{Deduplicate: true})
 	// The operator caches only what belongs to tenants, not every Secret and pod of the host.
 	tenantOwned, err := labels.NewRequirement(naming.LabelVirtualCluster, selection.Exists, nil)
 	if err != nil {

@@ -10,7 +10,8 @@ import (
 )
 
 // all runs every benchmark, with sizes for a small machine (the 2-core one BENCHMARKS.md
-// describes: about 15 minutes), and create once more at the end, on the host the others used. A benchmark that fails is reported and the others still run.
+// describes: about 15 minutes), and create once more at the end, on the host the others
+// used. A benchmark that fails is reported and the others still run.
 func all(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	fs := flag.NewFlagSet("all", flag.ExitOnError)
 	count := fs.Int("count", 10, "create: VirtualClusters per series")

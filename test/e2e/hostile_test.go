@@ -89,7 +89,7 @@ func TestHostileTenant(t *testing.T) {
 	}
 
 	t.Run("Service addresses of the host and of other tenants", func(t *testing.T) {
-		for _, cidr := range []string{"10.96.0.0/16", victimRange.String()} {
+		for _, cidr := range []string{hostServiceCIDR, victimRange.String()} {
 			_, err := evil.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{
 				ObjectMeta: metav1.ObjectMeta{Name: "steal-" + strings.NewReplacer(".", "-", "/", "-").Replace(cidr)},
 				Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{cidr}},

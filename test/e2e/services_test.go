@@ -289,26 +289,29 @@ func checkOneKubeProxy(t *testing.T, ctx context.Context, node, server string) {
 	}
 }
 
-// checkNoHostServiceRules fails t if the host's own Services (those of its Service range,
-// 10.96.0.0/16 in the local cluster: its apiserver, DNS, KubeNest's portal, ...) are still
-// routed in node's network namespace: once a node is lent, the rules the host's kube-proxy
-// left there must be gone (the tenant's kube-proxy rewrites the node's Service chains), or
-// the tenant's pods on it could reach the host's Service addresses.
+// hostServiceCIDR is the local host cluster's own Service range (test/e2e/local's layout).
+const hostServiceCIDR = "10.96.0.0/16"
+
+// checkNoHostServiceRules fails t if the host's own Services (those of hostServiceCIDR: its
+// apiserver, DNS, KubeNest's portal, ...) are still routed in node's network namespace: once
+// a node is lent, the rules the host's kube-proxy left there must be gone (the tenant's
+// kube-proxy rewrites the node's Service chains), or the tenant's pods on it could reach the
+// host's Service addresses.
 func checkNoHostServiceRules(t *testing.T, ctx context.Context, node string) {
 	t.Helper()
-	hostRange := netip.MustParsePrefix("10.96.0.0/16")
+	hostRange := netip.MustParsePrefix(hostServiceCIDR)
 	svcs, err := hostCS.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hostIPs []string
+	hostServices := map[string]string{} // ClusterIP → namespace/name
 	for _, svc := range svcs.Items {
 		if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil && hostRange.Contains(ip) {
-			hostIPs = append(hostIPs, svc.Namespace+"/"+svc.Name+" "+ip.String())
+			hostServices[ip.String()] = svc.Namespace + "/" + svc.Name
 		}
 	}
-	if len(hostIPs) == 0 {
-		t.Fatal("the host has no Service in 10.96.0.0/16 to look for")
+	if len(hostServices) == 0 {
+		t.Fatalf("the host has no Service in %s to look for", hostServiceCIDR)
 	}
 	var routed []string
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -318,9 +321,9 @@ func checkNoHostServiceRules(t *testing.T, ctx context.Context, node string) {
 			return false, nil
 		}
 		routed = nil
-		for _, svc := range hostIPs {
-			if strings.Contains(string(out), " -d "+strings.Fields(svc)[1]+"/32 ") {
-				routed = append(routed, svc)
+		for ip, svc := range hostServices {
+			if strings.Contains(string(out), " -d "+ip+"/32 ") {
+				routed = append(routed, svc+" "+ip)
 			}
 		}
 		return len(routed) == 0, nil

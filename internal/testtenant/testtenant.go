@@ -282,26 +282,49 @@ type Process struct {
 }
 
 func startProcess(t *testing.T, name, bin string, args []string) *Process {
-	p := &Process{Name: name, log: &syncWriter{b: &bytes.Buffer{}}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	p := &Process{Name: name, log: &syncWriter{b: &bytes.Buffer{}}}
+	p.start(t, exec.Command(bin, args...))
 	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		p.stop()
 		if t.Failed() {
 			t.Logf("%s log:\n%s", name, p.Tail())
 		}
 	})
 	return p
+}
+
+func (p *Process) start(t *testing.T, cmd *exec.Cmd) {
+	p.cmd, p.done = cmd, make(chan struct{})
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", p.Name, err)
+	}
+	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(p.done)
+}
+
+// stop interrupts the process and waits for it to end, killing it after 15 s.
+func (p *Process) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// Restart stops the tenant's processes, the last started first, and starts them again with
+// the same arguments on the data they left, as a wake from sleep does with the tenant's pods.
+// Each process's log goes on in the same buffer.
+func (tn *Tenant) Restart(t *testing.T) {
+	t.Helper()
+	for _, p := range slices.Backward(tn.Processes) {
+		p.stop()
+	}
+	tn.Started = time.Now()
+	for _, p := range tn.Processes {
+		p.start(t, exec.Command(p.cmd.Path, p.cmd.Args[1:]...))
+	}
 }
 
 // Exited says whether the process has ended.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -361,6 +362,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		return r.reconcileAsleep(ctx, vc, conds, pki, len(etcdPods)+len(cpPods))
 	}
 	conds.awake()
+	startRetry, err := r.retryStalledStarts(ctx, slices.Concat(etcdPods, cpPods))
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 
 	var probeErr error
 	var inactiveIn time.Duration
@@ -397,7 +402,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	for _, in := range []time.Duration{sharedNodeRetry, lending} {
+	for _, in := range []time.Duration{sharedNodeRetry, lending, startRetry} {
 		if in > 0 && (result.RequeueAfter == 0 || in < result.RequeueAfter) {
 			result.RequeueAfter = in
 		}

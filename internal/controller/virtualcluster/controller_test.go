@@ -177,6 +177,39 @@ func TestLifecycle(t *testing.T) {
 		}
 	})
 
+	t.Run("a pod its kubelet does not start is annotated for a retry", func(t *testing.T) {
+		// An etcd pod bound 10 s ago whose kubelet made no sandbox (here there is no kubelet).
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}}
+		if err := c.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: names.EtcdStatefulSet() + "-0", Labels: names.Labels(naming.ComponentEtcd)},
+			Spec:       corev1.PodSpec{NodeName: "host-node-1", Containers: []corev1.Container{{Name: "etcd", Image: "etcd"}}},
+		}
+		if err := c.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = c.Delete(ctx, pod, client.GracePeriodSeconds(0)) }()
+		pod.Status.Conditions = []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(time.Now().Add(-10 * time.Second))},
+			{Type: corev1.PodReadyToStartContainers, Status: corev1.ConditionFalse},
+		}
+		if err := c.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			got := &corev1.Pod{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+				return false, err
+			}
+			return got.Annotations[virtualcluster.AnnotationKubeletRetry] != "", nil
+		})
+		if err != nil {
+			t.Errorf("the pod never got annotation %s: %v", virtualcluster.AnnotationKubeletRetry, err)
+		}
+	})
+
 	t.Run("owned objects", func(t *testing.T) {
 		got := &v1alpha1.VirtualCluster{}
 		if err := c.Get(ctx, key(vc.Name), got); err != nil {

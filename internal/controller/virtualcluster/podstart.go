@@ -12,8 +12,8 @@ import (
 )
 
 // A host kubelet that fails to start a pod backs off 10 to 15 seconds before it tries again,
-// unless the pod changes meanwhile. One failure is common right after the host's scheduler
-// binds a pod: the kubelet asks for the pod's volume claim before the host's node authorizer
+// unless the pod changes meanwhile. One failure happens right after the host's scheduler
+// binds a pod (twice in about twenty wakes on the local cluster): the kubelet asks for the pod's volume claim before the host's node authorizer
 // has linked the pod to the node, is refused ("no relationship found between node ... and
 // this object"), and waits (kubernetes/kubernetes#135175). An etcd pod of a tenant, the one
 // with a claim, then starts 15 s late, on every kind of start, a wake from sleep among them.

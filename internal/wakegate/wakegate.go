@@ -127,7 +127,8 @@ type listener struct {
 	creds   atomic.Pointer[transports]
 	// backend is the apiserver requests went to last; empty until the tenant answered.
 	backend atomic.Pointer[string]
-	// woken is set once a request woke the tenant: from then on every request waits for it.
+	// woken is set once a request woke the tenant, or it was released: from then on every
+	// request waits for it.
 	woken atomic.Bool
 	held  chan struct{}
 }
@@ -244,8 +245,9 @@ func (g *Gateway) SetCredentials(tenant types.NamespacedName, c *Credentials) {
 	}
 }
 
-// Release stops listening for tenant after ReleaseGrace (Hold again keeps it). Then requests
-// already passed on get a minute more; clients then reconnect, to the apiserver itself.
+// Release stops listening for tenant after ReleaseGrace (Hold again keeps it); meanwhile every
+// request is passed to its apiserver. Then requests already passed on get a minute more;
+// clients then reconnect, to the apiserver itself.
 func (g *Gateway) Release(tenant types.NamespacedName) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -258,6 +260,12 @@ func (g *Gateway) Release(tenant types.NamespacedName) {
 		grace = 30 * time.Second
 	}
 	klog.FromContext(g.ctx).Info("the wake gateway releases the tenant's endpoint", "virtualCluster", tenant.String(), "closingIn", grace)
+	// The tenant is awake, however it woke (spec.sleep.asleep: false wakes it without a
+	// request here): for the grace every request is passed on, the tenant's components' too.
+	// Told to come back instead, a client whose kept-alive connection a node's kube-proxy had
+	// sent here (the operator's own probe of the tenant, for one) would be told so until the
+	// port closes, 30 s after the tenant was Ready.
+	l.woken.Store(true)
 	var timer *time.Timer
 	timer = time.AfterFunc(grace, func() {
 		g.mu.Lock()

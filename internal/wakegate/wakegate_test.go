@@ -315,6 +315,43 @@ func TestOnlyPeopleWake(t *testing.T) {
 	}
 }
 
+// TestWokenByHand: a tenant woken without a request here (spec.sleep.asleep: false) and
+// released serves its components for the grace too: a kept-alive connection a node's
+// kube-proxy sent here before the release (the operator's own probe) is passed on, not told to
+// come back until the port closes.
+func TestWokenByHand(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := newTenantPKI(t)
+	backend := p.apiserver(t)
+	var wakes atomic.Int32
+	tenant := types.NamespacedName{Namespace: "tenants", Name: "by-hand"}
+	g := &Gateway{
+		Address:      "127.0.0.1",
+		Timeout:      10 * time.Second,
+		ReleaseGrace: time.Minute,
+		Wake: func(context.Context, types.NamespacedName, string) error {
+			wakes.Add(1)
+			return nil
+		},
+		Backend: func(context.Context, types.NamespacedName) (string, bool) {
+			return backend.Listener.Addr().String(), true
+		},
+	}
+	url := "https://" + p.serve(t, ctx, g, tenant) + "/api"
+	kubelet := p.client(p.node)
+	if code, _ := get(t, kubelet, url, nil); code != http.StatusServiceUnavailable {
+		t.Fatalf("a component asking the sleeping tenant: %d, want 503", code)
+	}
+	g.Release(tenant) // woken by hand: one of its apiservers is Ready
+	if code, body := get(t, kubelet, url, nil); code != http.StatusOK || body != "user=system:node:worker-1 groups=system:nodes from 127.0.0.1" {
+		t.Errorf("a component on the same connection once the tenant was woken by hand: %d %q, want it passed on", code, body)
+	}
+	if n := wakes.Load(); n != 0 {
+		t.Errorf("%d wakes by the gateway, want none (the tenant woke by hand)", n)
+	}
+}
+
 // TestConnectionBound: connections that hold a tenant's port without a word (a flood) take
 // at most MaxConnections of it; a client is served once one of them goes, and the other
 // tenants' ports are not touched.

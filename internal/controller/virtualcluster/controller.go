@@ -278,12 +278,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	etcd := controlplane.EtcdStatefulSet(vc, settings, controlplane.ContentHash(etcdTrust(pki.etcdSecret)))
 	if asleep {
 		// etcd stops after the control plane: an apiserver that lost etcd waits out its whole
-		// grace period on requests that cannot end.
+		// grace period on requests that cannot end. A pod whose containers all ended (its
+		// phase says so) runs nothing any more, although the kubelet takes about a second more
+		// to remove it.
 		cpPods, err := r.componentPods(ctx, vc, naming.ComponentControlPlane)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		if len(cpPods) == 0 {
+		if !slices.ContainsFunc(cpPods, mayRun) {
 			etcd.Spec.Replicas = ptr.To[int32](0)
 		}
 	}
@@ -528,6 +530,12 @@ func (r *Reconciler) componentPods(ctx context.Context, vc *v1alpha1.VirtualClus
 		return nil, fmt.Errorf("listing %s pods: %w", component, err)
 	}
 	return pods.Items, nil
+}
+
+// mayRun says whether a container of p may still run: its phase is not Succeeded or Failed,
+// which the kubelet sets once every container has ended.
+func mayRun(p corev1.Pod) bool {
+	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
 // readyPodIPs are the addresses of the pods that are Ready and not going away.

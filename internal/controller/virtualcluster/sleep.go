@@ -61,7 +61,7 @@ func wokeAt(vc *v1alpha1.VirtualCluster) time.Time {
 
 // reconcileAsleep keeps a sleeping tenant asleep (spec.sleep.asleep). The control-plane
 // Deployment is already applied with no replicas, and the etcd StatefulSet too once no
-// control-plane pod is left; here the shared node stops and its host pods of the tenant go,
+// control-plane container runs; here the shared node stops and its host pods of the tenant go,
 // lent nodes stay lent, and the Asleep condition says whether anything of the tenant still
 // runs in the host. Certificates keep being renewed, so the tenant wakes with valid ones.
 func (r *Reconciler) reconcileAsleep(ctx context.Context, vc *v1alpha1.VirtualCluster, conds conditions, p *tenantPKI, controlPlanePods int) (reconcile.Result, error) {

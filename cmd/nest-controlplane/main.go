@@ -16,6 +16,7 @@ import (
 	"k8s.io/component-base/cli"
 
 	"github.com/kubenest-io/kubenest/internal/idlegc"
+	_ "github.com/kubenest-io/kubenest/internal/workqueuemetrics" // before the components' init sets theirs
 	"github.com/kubenest-io/kubenest/pkg/version"
 )
 

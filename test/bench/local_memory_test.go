@@ -51,6 +51,9 @@ func TestIdleProcessMemory(t *testing.T) {
 		{name: "GOGC=50 KUBENEST_SHARED_ETCD=off", env: map[string]string{"GOGC": "50", "KUBENEST_SHARED_ETCD": "off"}},
 		{name: "GOGC=50 KUBENEST_IDLE_GC=no-release", env: map[string]string{"GOGC": "50", "KUBENEST_IDLE_GC": "no-release"}},
 		{name: "GOGC=50 KUBENEST_IDLE_GC=no-procs", env: map[string]string{"GOGC": "50", "KUBENEST_IDLE_GC": "no-procs"}},
+		// Work queue metrics on (internal/workqueuemetrics turns them off by default): each named
+		// queue's goroutine wakes every 500 ms.
+		{name: "GOGC=50 KUBENEST_WORKQUEUE_METRICS=on", env: map[string]string{"GOGC": "50", "KUBENEST_WORKQUEUE_METRICS": "on"}},
 		{name: "GOGC=25", env: map[string]string{"GOGC": "25"}},
 		// A soft limit (every process gets it; only the apiserver's heap comes near it).
 		{name: "GOMEMLIMIT=100MiB", env: map[string]string{"GOMEMLIMIT": "100MiB"}},

@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/signal"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -62,6 +64,13 @@ func runControllers(args []string) int {
 		code      int
 	}
 	exits := make(chan exit, 4)
+	// A termination signal (the tenant sleeps, its pod goes) ends the process with exit code
+	// 0, whatever its components then return: upstream's controller-manager does not stop on
+	// one (it relies on the signal's default action, which any handler in the process turns
+	// off), its scheduler ends with "finished without leader elect", exit code 1, and a
+	// component still waiting for the apiserver with an error; the pod would end Failed.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	cmStarted := make(chan struct{})
 	var (
 		kubeconfig string
@@ -98,10 +107,34 @@ func runControllers(args []string) int {
 		})
 	}
 
-	go func() { exits <- exit{"kube-controller-manager", cli.Run(cm)} }()
-	select {
-	case e := <-exits:
+	// end waits for the first component to stop, or for a termination signal, and returns the
+	// process's exit code. A signal is in this channel before any component's handler acts on
+	// it, so a component it stopped is told apart from one that failed.
+	end := func() int {
+		var e exit
+		select {
+		case sig := <-signals:
+			e = exit{"all (" + sig.String() + ")", 0}
+		case e = <-exits:
+			select {
+			case sig := <-signals:
+				klog.InfoS("Component stopped on a termination signal", "component", e.component, "signal", sig.String(), "componentExitCode", e.code)
+				e.code = 0
+			default:
+			}
+		}
+		klog.InfoS("Component stopped; ending the process, and with it the others", "component", e.component, "exitCode", e.code)
+		klog.Flush()
 		return e.code
+	}
+	cmEnded := make(chan struct{})
+	go func() {
+		exits <- exit{"kube-controller-manager", cli.Run(cm)}
+		close(cmEnded)
+	}()
+	select {
+	case <-cmEnded: // a flag error, or the wait for the apiserver failed or was interrupted
+		return end()
 	case <-cmStarted:
 	}
 	idlegc.Start(context.Background())
@@ -131,10 +164,7 @@ func runControllers(args []string) int {
 			}
 		}()
 	}
-	e := <-exits
-	klog.InfoS("Component stopped; ending the process, and with it the others", "component", e.component, "exitCode", e.code)
-	klog.Flush()
-	return e.code
+	return end()
 }
 
 func controllersUsage(w io.Writer) {
@@ -144,8 +174,8 @@ Runs kube-controller-manager and kube-scheduler in one process, each with its ow
 serving port and clients; they share the process's memory and runtime. Settings
 of the process itself (--v, --vmodule, the --log-* and --logging-format flags, --feature-gates,
 --emulated-version, the metrics flags) must be the same on both sides. When either component
-stops, the process ends with its exit code. Both wait for the apiserver their --kubeconfig
-names before they start.
+stops, the process ends with its exit code; on SIGTERM or SIGINT it ends with 0. Both wait for
+the apiserver their --kubeconfig names before they start.
 
 One lease for both: with the controller-manager's --leader-elect (the default), the scheduler
 starts once this process's controller-manager holds its lease, and runs until the process

@@ -302,8 +302,9 @@ func (p *Process) start(t *testing.T, cmd *exec.Cmd) {
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(p.done)
 }
 
-// stop interrupts the process and waits for it to end, killing it after 15 s.
-func (p *Process) stop() {
+// stop interrupts the process and waits for it to end, killing it after 15 s; it returns the
+// process's exit code (-1: killed).
+func (p *Process) stop() int {
 	_ = p.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-p.done:
@@ -311,15 +312,19 @@ func (p *Process) stop() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+	return p.cmd.ProcessState.ExitCode()
 }
 
 // Restart stops the tenant's processes, the last started first, and starts them again with
 // the same arguments on the data they left, as a wake from sleep does with the tenant's pods.
-// Each process's log goes on in the same buffer.
+// Each process's log goes on in the same buffer. A process that does not end with exit code 0
+// when interrupted fails the test (a pod whose container does so ends Failed).
 func (tn *Tenant) Restart(t *testing.T) {
 	t.Helper()
 	for _, p := range slices.Backward(tn.Processes) {
-		p.stop()
+		if code := p.stop(); code != 0 {
+			t.Errorf("%s ended with exit code %d when interrupted, want 0:\n%s", p.Name, code, p.Tail())
+		}
 	}
 	tn.Started = time.Now()
 	for _, p := range tn.Processes {

@@ -494,11 +494,11 @@ func httpProbe(path, port string, scheme corev1.URIScheme, period, failures int3
 }
 
 // idleCPU is the CPU a component requests when the tenant sets none: about what it uses idle
-// (BENCHMARKS.md, "memory": etcd 9.8, apiserver 21.8, controller-manager and scheduler 12.5
-// millicores), so that the host's scheduler packs idle tenants by what they use. Requests
-// twice as high left a 2-core node full at 18 awake tenants using half of it. A tenant that
-// works harder sets its own.
-var idleCPU = map[string]string{"etcd": "10m", "apiserver": "25m", "controller-manager": "10m", "scheduler": "5m"}
+// (BENCHMARKS.md, "Idle CPU: work queues": etcd 9.9, apiserver 19.0, controller-manager and
+// scheduler 6.2 millicores), so that the host's scheduler packs idle tenants by what they use.
+// Requests twice as high left a 2-core node full at 18 awake tenants using half of it. A
+// tenant that works harder sets its own.
+var idleCPU = map[string]string{"etcd": "10m", "apiserver": "20m", "controller-manager": "5m", "scheduler": "2m"}
 
 // withDefaultRequests fills in CPU and memory requests the tenant left unset.
 func withDefaultRequests(r corev1.ResourceRequirements, cpu, mem string) corev1.ResourceRequirements {

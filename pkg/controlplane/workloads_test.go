@@ -569,7 +569,7 @@ func TestControlPlaneDeploymentResources(t *testing.T) {
 		// wantCPU and wantMem are the requests; empty means no request.
 		wantCPU, wantMem string
 	}{
-		{name: "unset gets defaults", wantCPU: "25m", wantMem: "160Mi"},
+		{name: "unset gets defaults", wantCPU: "20m", wantMem: "160Mi"},
 		{
 			name:      "CPU request kept, memory defaulted",
 			resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q("1")}},
@@ -583,7 +583,7 @@ func TestControlPlaneDeploymentResources(t *testing.T) {
 		{
 			name:      "a limit without a request is left to the host's defaulting",
 			resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: q("2Gi")}},
-			wantCPU:   "25m",
+			wantCPU:   "20m",
 		},
 	}
 	for _, tt := range tests {
@@ -834,7 +834,7 @@ func TestControlPlaneDeploymentControllersResources(t *testing.T) {
 		name corev1.ResourceName
 		want string
 	}{
-		{"cpu request (defaults 10m + 5m)", res.Requests, corev1.ResourceCPU, "15m"},
+		{"cpu request (defaults 5m + 2m)", res.Requests, corev1.ResourceCPU, "7m"},
 		{"memory request (limit 256Mi as request + 40Mi)", res.Requests, corev1.ResourceMemory, "296Mi"},
 		{"memory limit (256Mi + the scheduler's request)", res.Limits, corev1.ResourceMemory, "296Mi"},
 	} {

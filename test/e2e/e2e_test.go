@@ -395,4 +395,19 @@ func dumpNamespace(t *testing.T, ns string) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	_ = cmd.Run()
 	t.Logf("namespace %s:\n%s", ns, out.String())
+
+	// The operator's log lines about the namespace's tenants: a later test may replace the
+	// operator's pod (TestOperatorUpgrade), and its log with it.
+	out.Reset()
+	cmd = exec.Command(*kubectlPath, "--kubeconfig", *kubeconfigPath, "-n", portalNamespace, "logs", "deploy/kubenest-operator", "--since=30m")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	_ = cmd.Run()
+	var lines []string
+	for line := range strings.Lines(out.String()) {
+		if strings.Contains(line, ns) {
+			lines = append(lines, line)
+		}
+	}
+	lines = lines[max(0, len(lines)-150):]
+	t.Logf("the operator's last %d log lines naming %s:\n%s", len(lines), ns, strings.Join(lines, ""))
 }

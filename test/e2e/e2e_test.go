@@ -5,7 +5,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -390,20 +389,17 @@ func unschedulable(p corev1.Pod) bool {
 
 // dumpNamespace prints what a failed test leaves in a namespace, for diagnosis.
 func dumpNamespace(t *testing.T, ns string) {
-	var out bytes.Buffer
-	cmd := exec.Command(*kubectlPath, "--kubeconfig", *kubeconfigPath, "-n", ns, "get", "virtualclusters,pods,services,secrets,events", "-o", "wide")
-	cmd.Stdout, cmd.Stderr = &out, &out
-	_ = cmd.Run()
-	t.Logf("namespace %s:\n%s", ns, out.String())
+	// Best effort: whatever kubectl printed, errors included.
+	host := func(args ...string) string {
+		out, _ := exec.Command(*kubectlPath, append([]string{"--kubeconfig", *kubeconfigPath}, args...)...).CombinedOutput()
+		return string(out)
+	}
+	t.Logf("namespace %s:\n%s", ns, host("-n", ns, "get", "virtualclusters,pods,services,secrets,events", "-o", "wide"))
 
 	// The operator's log lines about the namespace's tenants: a later test may replace the
 	// operator's pod (TestOperatorUpgrade), and its log with it.
-	out.Reset()
-	cmd = exec.Command(*kubectlPath, "--kubeconfig", *kubeconfigPath, "-n", portalNamespace, "logs", "deploy/kubenest-operator", "--since=30m")
-	cmd.Stdout, cmd.Stderr = &out, &out
-	_ = cmd.Run()
 	var lines []string
-	for line := range strings.Lines(out.String()) {
+	for line := range strings.Lines(host("-n", portalNamespace, "logs", "deploy/kubenest-operator", "--since=30m")) {
 		if strings.Contains(line, ns) {
 			lines = append(lines, line)
 		}

@@ -183,8 +183,15 @@ func TestLifecycle(t *testing.T) {
 		if err := c.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
+		// Made from the StatefulSet's template, as its controller would: an ephemeral etcd pod
+		// with another config hash is one the operator replaces (deletes) instead.
+		sts := &appsv1.StatefulSet{}
+		if err := c.Get(ctx, key(names.EtcdStatefulSet()), sts); err != nil {
+			t.Fatal(err)
+		}
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: names.EtcdStatefulSet() + "-0", Labels: names.Labels(naming.ComponentEtcd)},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: names.EtcdStatefulSet() + "-0", Labels: names.Labels(naming.ComponentEtcd),
+				Annotations: map[string]string{naming.AnnotationConfigHash: sts.Spec.Template.Annotations[naming.AnnotationConfigHash]}},
 			Spec:       corev1.PodSpec{NodeName: "host-node-1", Containers: []corev1.Container{{Name: "etcd", Image: "etcd"}}},
 		}
 		if err := c.Create(ctx, pod); err != nil {
@@ -202,6 +209,9 @@ func TestLifecycle(t *testing.T) {
 			got := &corev1.Pod{}
 			if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
 				return false, err
+			}
+			if got.DeletionTimestamp != nil {
+				return false, fmt.Errorf("the operator deleted the pod instead")
 			}
 			return got.Annotations[virtualcluster.AnnotationKubeletRetry] != "", nil
 		})

@@ -14,6 +14,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubenest-io/kubenest/internal/iphold"
 	"github.com/kubenest-io/kubenest/internal/testenv"
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
 	"github.com/kubenest-io/kubenest/pkg/naming"
@@ -85,6 +87,13 @@ func TestSync(t *testing.T) {
 			StringData: map[string]string{"password": "hunter2"}}, metav1.CreateOptions{})
 		return err
 	})
+
+	// The operator holds every address of the tenant's range in the host before the node runs
+	// (package iphold): the node's copies take their addresses' holds.
+	held := iphold.Range{Client: hc.NetworkingV1().IPAddresses(), CIDR: netip.MustParsePrefix(serviceCIDR), Name: naming.ServiceCIDR(serviceCIDR)}
+	if _, err := held.HoldAll(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
 
 	parent := t
 	stop := startNode(t, host, tenantEnv)
@@ -182,6 +191,40 @@ func TestSync(t *testing.T) {
 			if _, err := hc.CoreV1().Services(hostNS).Get(ctx, clustertree.HostName(vcName, tenantNS, name), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("a host copy of %s at %s: %v", name, ip, err)
 			}
+		}
+	})
+
+	t.Run("a copy takes its address's hold, and holds it again when it goes", func(t *testing.T) {
+		owner := func(ip string) string {
+			a, err := hc.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
+			if err != nil {
+				return err.Error()
+			}
+			return a.Labels[networkingv1.LabelManagedBy] + " " + a.Spec.ParentRef.Resource + "/" + a.Spec.ParentRef.Name
+		}
+		if got, want := owner("10.0.3.40"), "ipallocator.k8s.io services/"+shop; got != want {
+			t.Errorf("address of shop's copy held by %q, want %q", got, want)
+		}
+		mustCreate(t, func() error {
+			_, err := tc.CoreV1().Services(tenantNS).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "brief"},
+				Spec: corev1.ServiceSpec{ClusterIP: "10.0.3.41", Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, metav1.CreateOptions{})
+			return err
+		})
+		brief := clustertree.HostName(vcName, tenantNS, "brief")
+		waitHostService(t, ctx, hc, brief)
+		if err := tc.CoreV1().Services(tenantNS).Delete(ctx, "brief", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, ctx, func(ctx context.Context) error {
+			_, err := hc.CoreV1().Services(hostNS).Get(ctx, brief, metav1.GetOptions{})
+			return err
+		}, "host copy of brief")
+		want := "kubenest.io servicecidrs/" + naming.ServiceCIDR(serviceCIDR)
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return owner("10.0.3.41") == want, nil
+		})
+		if err != nil {
+			t.Errorf("address of the deleted copy held by %q, want %q", owner("10.0.3.41"), want)
 		}
 	})
 

@@ -34,6 +34,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubenest-io/kubenest/internal/iphold"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
@@ -166,7 +167,9 @@ func Run(ctx context.Context, cfg Config) error {
 	// Service of its own.
 	address, kubeletPort := cfg.NodeAddress, port
 	var nodeAddr *nodeAddress
+	var held *iphold.Range
 	if serviceCIDR.IsValid() {
+		held = &iphold.Range{Client: host.NetworkingV1().IPAddresses(), CIDR: serviceCIDR.Masked(), Name: naming.ServiceCIDR(cfg.ServiceCIDR)}
 		kubeletAddr, err := netip.ParseAddr(cfg.NodeAddress)
 		if err != nil {
 			return fmt.Errorf("the virtual node's kubelet address: %w", err)
@@ -174,7 +177,7 @@ func Run(ctx context.Context, cfg Config) error {
 		nodeAddr = &nodeAddress{
 			tr: tr, owner: owner,
 			addr: SharedNodeAddress(serviceCIDR), kubelet: netip.AddrPortFrom(kubeletAddr, uint16(port)),
-			host: host, tenant: tenant, log: log.WithName("address"),
+			host: host, tenant: tenant, held: held, log: log.WithName("address"),
 		}
 		switch err := nodeAddr.reserve(ctx); {
 		case apierrors.IsInvalid(err) || apierrors.IsAlreadyExists(err):
@@ -299,7 +302,7 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	wg.Go(func() {
 		if err := runServiceMirror(ctx, mirrorConfig{
-			tr: prov.tr, owner: prov.owner, host: host, tenant: tenant, hostPods: hostPods.Informer(),
+			tr: prov.tr, owner: prov.owner, host: host, held: held, tenant: tenant, hostPods: hostPods.Informer(),
 			lent: cfg.TenantAddresses, recorder: recorder, resync: cfg.SyncPeriod, workers: 2,
 			node: nodeAddr, controlPlane: controlPlane,
 		}); err != nil {

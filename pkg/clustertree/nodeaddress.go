@@ -24,6 +24,7 @@ import (
 	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubenest-io/kubenest/internal/iphold"
 	"github.com/kubenest-io/kubenest/internal/nodeports"
 	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
@@ -71,6 +72,7 @@ type nodeAddress struct {
 	addr         netip.Addr
 	kubelet      netip.AddrPort
 	host, tenant kubernetes.Interface
+	held         *iphold.Range                        // the tenant's Service range in the host
 	services     corelisters.ServiceLister            // the tenant's
 	tenantSlices discoverylisters.EndpointSliceLister // the tenant's
 	controlPlane corelisters.PodLister                // the tenant's control-plane pods in the host
@@ -86,7 +88,7 @@ func (n *nodeAddress) reserve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	_, err = applyService(ctx, n.tenant, current, n.service(nil))
+	_, err = applyService(ctx, n.tenant, nil, current, n.service(nil))
 	return err
 }
 
@@ -119,7 +121,7 @@ func (n *nodeAddress) sync(ctx context.Context) error {
 	if current != nil && current.Labels[LabelOrigin] != OriginClusterTree {
 		return fmt.Errorf("host Service %s exists and is not clustertree's; not touching it", want.Name)
 	}
-	hostSvc, err := applyService(ctx, n.host, current, want)
+	hostSvc, err := applyService(ctx, n.host, n.held, current, want)
 	if err != nil {
 		return err
 	}
@@ -137,7 +139,7 @@ func (n *nodeAddress) sync(ctx context.Context) error {
 	} else if err != nil {
 		return err
 	}
-	tenantSvc, err := applyService(ctx, n.tenant, current, n.service(ports))
+	tenantSvc, err := applyService(ctx, n.tenant, nil, current, n.service(ports))
 	if err != nil {
 		return err
 	}
@@ -253,17 +255,19 @@ func controlPlaneEndpoints(pods []*corev1.Pod) []discoveryv1.Endpoint {
 
 // applyService creates want, or makes current (nil: there is none) have want's ports,
 // session affinity and ClusterIP (made again when it has another), and returns the Service.
-func applyService(ctx context.Context, client kubernetes.Interface, current, want *corev1.Service) (*corev1.Service, error) {
+// held, in the host, is the tenant's Service range whose addresses the host holds: a ClusterIP
+// is released just before a Service takes it, and held again when its Service goes.
+func applyService(ctx context.Context, client kubernetes.Interface, held *iphold.Range, current, want *corev1.Service) (*corev1.Service, error) {
 	services := client.CoreV1().Services(want.Namespace)
 	if current != nil && current.Spec.ClusterIP != want.Spec.ClusterIP {
-		if err := client404(services.Delete(ctx, want.Name, metav1.DeleteOptions{})); err != nil {
+		if err := deleteService(ctx, client, held, current); err != nil {
 			return nil, err
 		}
 		current = nil
 	}
 	switch {
 	case current == nil:
-		created, err := services.Create(ctx, want, metav1.CreateOptions{FieldManager: fieldManager})
+		created, err := createService(ctx, client, held, want)
 		if err != nil {
 			return nil, fmt.Errorf("creating Service %s/%s: %w", want.Namespace, want.Name, err)
 		}
@@ -279,6 +283,27 @@ func applyService(ctx context.Context, client kubernetes.Interface, current, wan
 		return nil, fmt.Errorf("updating Service %s/%s: %w", want.Namespace, want.Name, err)
 	}
 	return updated, nil
+}
+
+// createService creates want, first releasing its ClusterIP from held (nil: nothing is held).
+func createService(ctx context.Context, client kubernetes.Interface, held *iphold.Range, want *corev1.Service) (*corev1.Service, error) {
+	if ip, err := netip.ParseAddr(want.Spec.ClusterIP); err == nil && held != nil {
+		if err := held.Release(ctx, ip); err != nil {
+			return nil, err
+		}
+	}
+	return client.CoreV1().Services(want.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: fieldManager})
+}
+
+// deleteService deletes svc and holds its ClusterIP again in held (nil: nothing is held).
+func deleteService(ctx context.Context, client kubernetes.Interface, held *iphold.Range, svc *corev1.Service) error {
+	if err := client404(client.CoreV1().Services(svc.Namespace).Delete(ctx, svc.Name, metav1.DeleteOptions{})); err != nil {
+		return err
+	}
+	if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil && held != nil {
+		return held.Hold(ctx, ip)
+	}
+	return nil
 }
 
 // applySlices makes current, the EndpointSlices of a Service that clustertree manages, the

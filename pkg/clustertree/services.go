@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"github.com/kubenest-io/kubenest/internal/iphold"
 )
 
 // Tenant Services in the host. Pods on the shared node are host pods, so the tenant's Services
@@ -161,6 +163,7 @@ type serviceMirror struct {
 	tr       Translator
 	owner    metav1.OwnerReference
 	host     kubernetes.Interface
+	held     *iphold.Range
 	services corelisters.ServiceLister
 	slices   discoverylisters.EndpointSliceLister
 	// hostPods are the host pods clustertree runs for the tenant; lent, the other addresses of
@@ -180,6 +183,7 @@ type mirrorConfig struct {
 	tr       Translator
 	owner    metav1.OwnerReference
 	host     kubernetes.Interface
+	held     *iphold.Range // the tenant's Service range, its free addresses held in the host
 	tenant   kubernetes.Interface
 	hostPods cache.SharedIndexInformer
 	lent     func(context.Context) ([]netip.Prefix, error)
@@ -196,7 +200,7 @@ type mirrorConfig struct {
 func runServiceMirror(ctx context.Context, c mirrorConfig) error {
 	factory := informers.NewSharedInformerFactory(c.tenant, c.resync)
 	m := &serviceMirror{
-		tr: c.tr, owner: c.owner, host: c.host,
+		tr: c.tr, owner: c.owner, host: c.host, held: c.held,
 		services: factory.Core().V1().Services().Lister(),
 		slices:   factory.Discovery().V1().EndpointSlices().Lister(),
 		hostPods: corelisters.NewPodLister(c.hostPods.GetIndexer()),
@@ -372,19 +376,19 @@ func (m *serviceMirror) sync(ctx context.Context, key cache.ObjectName) (bool, e
 		}
 		// The host's garbage collector removes its EndpointSlices, which it owns.
 		m.log.Info("removing the host copy of a tenant Service", "service", key.String(), "hostService", hostName)
-		return false, client404(services.Delete(ctx, hostName, metav1.DeleteOptions{}))
+		return false, deleteService(ctx, m.host, m.held, current)
 	}
 	want.OwnerReferences = []metav1.OwnerReference{m.owner}
 	// A ClusterIP cannot change: a tenant Service made again with another one is copied again.
 	if current != nil && current.Spec.ClusterIP != want.Spec.ClusterIP {
-		if err := client404(services.Delete(ctx, hostName, metav1.DeleteOptions{})); err != nil {
+		if err := deleteService(ctx, m.host, m.held, current); err != nil {
 			return false, err
 		}
 		current = nil
 	}
 	switch {
 	case current == nil:
-		if current, err = services.Create(ctx, want, metav1.CreateOptions{FieldManager: fieldManager}); err != nil {
+		if current, err = createService(ctx, m.host, m.held, want); err != nil {
 			return false, fmt.Errorf("creating host Service %s: %w", hostName, err)
 		}
 		m.log.Info("copied a tenant Service into the host", "service", key.String(), "hostService", hostName, "clusterIP", want.Spec.ClusterIP)

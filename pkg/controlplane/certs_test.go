@@ -681,7 +681,7 @@ func TestNextServiceCIDR(t *testing.T) {
 	if got, _ := controlplane.NextServiceCIDR("10.254.0.0/16", 24, used); got != "10.254.1.0/24" {
 		t.Errorf("a freed slice is reused first: got %s", got)
 	}
-	if got, _ := controlplane.NextServiceCIDR("fd00:10::/108", 112, nil); got != "fd00:10::/112" {
+	if got, _ := controlplane.NextServiceCIDR("fd00:10::/108", 116, nil); got != "fd00:10::/116" {
 		t.Errorf("IPv6: got %s", got)
 	}
 	full := map[string]bool{"10.254.0.0/25": true, "10.254.0.128/25": true}
@@ -692,8 +692,10 @@ func TestNextServiceCIDR(t *testing.T) {
 		errHas string
 	}{
 		{"10.254.0.0/24", 25, full, "exhausted"},
-		{"10.254.0.0/16", 12, nil, "must be between /16"},
-		{"10.254.0.0/16", 30, nil, "at least 16 addresses"},
+		{"10.254.0.0/16", 12, nil, "must be between /20"},
+		{"10.254.0.0/24", 20, nil, "no shorter than the pool's /24"},
+		{"10.0.0.0/8", 16, nil, "16 to 4096 addresses"},
+		{"10.254.0.0/16", 30, nil, "16 to 4096 addresses"},
 		{"not-a-cidr", 24, nil, "pool"},
 	} {
 		if _, err := controlplane.NextServiceCIDR(tc.pool, tc.prefix, tc.used); err == nil || !strings.Contains(err.Error(), tc.errHas) {

@@ -92,8 +92,10 @@ func NextServiceCIDR(pool string, prefix int, used map[string]bool) (string, err
 		return "", fmt.Errorf("tenant service CIDR pool %q: %w", pool, err)
 	}
 	ones, bits := p.Mask.Size()
-	if prefix < ones || prefix > bits-4 {
-		return "", fmt.Errorf("tenant service CIDR prefix /%d: must be between /%d (the pool's) and /%d, to hold at least 16 addresses", prefix, ones, bits-4)
+	// At most 4096 addresses: the host holds each free one as an object (package iphold).
+	if prefix < max(ones, bits-12) || prefix > bits-4 {
+		return "", fmt.Errorf("tenant service CIDR prefix /%d: must be between /%d and /%d, for 16 to 4096 addresses (and no shorter than the pool's /%d)",
+			prefix, max(ones, bits-12), bits-4, ones)
 	}
 	if prefix-ones > 16 {
 		return "", fmt.Errorf("tenant service CIDR prefix /%d: at most 65536 slices of the pool %s", prefix, pool)

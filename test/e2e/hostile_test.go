@@ -162,6 +162,45 @@ func TestHostileTenant(t *testing.T) {
 		}
 	})
 
+	t.Run("the host's own Services never take an address of a tenant's range", func(t *testing.T) {
+		// A host user of the attacker's namespace makes Services while tenants exist: the host
+		// picks one of its ServiceCIDRs at random for each, the tenants' ranges among them,
+		// unless their addresses are held.
+		for i := range 20 {
+			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("host-user-%d", i), Namespace: nsA},
+				Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+			if err := host.Create(ctx, svc); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = host.Delete(context.Background(), svc) }()
+		}
+		// Every host Service with an address of a tenant's range is clustertree's, made for
+		// that tenant, in its namespace.
+		vcs := &v1alpha1.VirtualClusterList{}
+		services := &corev1.ServiceList{}
+		if err := host.List(ctx, vcs); err != nil {
+			t.Fatal(err)
+		}
+		if err := host.List(ctx, services); err != nil {
+			t.Fatal(err)
+		}
+		for _, svc := range services.Items {
+			ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+			if err != nil {
+				continue
+			}
+			for _, vc := range vcs.Items {
+				r, err := netip.ParsePrefix(vc.Status.ServiceCIDR)
+				if err != nil || !r.Contains(ip) {
+					continue
+				}
+				if svc.Namespace != vc.Namespace || svc.Labels[clustertree.LabelOrigin] != clustertree.OriginClusterTree {
+					t.Errorf("host Service %s/%s has %s, an address of tenant %s/%s's range %s", svc.Namespace, svc.Name, ip, vc.Namespace, vc.Name, r)
+				}
+			}
+		}
+	})
+
 	t.Run("the shared node's address, pointed at the host's apiserver from inside the tenant", func(t *testing.T) {
 		// The attacker rewrites the Service that holds its shared node's address and the
 		// kubelet port's EndpointSlice, as its cluster-admin may.

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	networkingclient "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/clock"
@@ -98,6 +99,8 @@ type Reconciler struct {
 
 	// applier skips the applies of a pass that would change nothing.
 	applier ssa.Applier
+	// ipAddresses holds the addresses of tenants' Service ranges in the host.
+	ipAddresses networkingclient.IPAddressInterface
 }
 
 // +kubebuilder:rbac:groups=kubenest.io,resources=virtualclusters,verbs=get;list;watch;update;patch
@@ -127,6 +130,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
+	networking, err := networkingclient.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
+	r.ipAddresses = networking.IPAddresses()
 	if r.Wake != nil {
 		r.Wake.Wake, r.Wake.Backend = r.wakeFor, r.apiServerBackend
 		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -34,6 +35,7 @@ import (
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/controller/poolnode"
 	"github.com/kubenest-io/kubenest/internal/controller/virtualcluster"
+	"github.com/kubenest-io/kubenest/internal/iphold"
 	"github.com/kubenest-io/kubenest/internal/tenantclient"
 	"github.com/kubenest-io/kubenest/internal/testenv"
 	"github.com/kubenest-io/kubenest/internal/testtenant"
@@ -192,7 +194,7 @@ func TestLifecycle(t *testing.T) {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: names.EtcdStatefulSet() + "-0", Labels: names.Labels(naming.ComponentEtcd),
 				Annotations: map[string]string{naming.AnnotationConfigHash: sts.Spec.Template.Annotations[naming.AnnotationConfigHash]}},
-			Spec:       corev1.PodSpec{NodeName: "host-node-1", Containers: []corev1.Container{{Name: "etcd", Image: "etcd"}}},
+			Spec: corev1.PodSpec{NodeName: "host-node-1", Containers: []corev1.Container{{Name: "etcd", Image: "etcd"}}},
 		}
 		if err := c.Create(ctx, pod); err != nil {
 			t.Fatal(err)
@@ -257,6 +259,37 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("host ServiceCIDR for %s: %v", got.Status.ServiceCIDR, err)
 		} else if sc.Labels[naming.LabelVirtualCluster] != vc.Name || sc.Labels[naming.LabelVirtualClusterNamespace] != ns {
 			t.Errorf("ServiceCIDR %s labels %v", sc.Name, sc.Labels)
+		}
+	})
+
+	t.Run("the host gives its own Services no address of the tenant's range", func(t *testing.T) {
+		got := &v1alpha1.VirtualCluster{}
+		if err := c.Get(ctx, key(vc.Name), got); err != nil {
+			t.Fatal(err)
+		}
+		cidr, err := netip.ParsePrefix(got.Status.ServiceCIDR)
+		if err != nil {
+			t.Fatalf("status.serviceCIDR: %v", err)
+		}
+		// The host picks one of its ServiceCIDRs at random for each Service: with the range
+		// not held, about half of these would land in it.
+		for i := range 24 {
+			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("host-user-%d", i)},
+				Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+			if err := c.Create(ctx, svc); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = c.Delete(ctx, svc) }()
+			if ip := netip.MustParseAddr(svc.Spec.ClusterIP); cidr.Contains(ip) {
+				t.Errorf("host Service %s got %s, in the tenant's range %s", svc.Name, ip, cidr)
+			}
+		}
+		holds := &networkingv1.IPAddressList{}
+		if err := c.List(ctx, holds, client.MatchingLabels{iphold.LabelRange: naming.ServiceCIDR(cidr.String())}); err != nil {
+			t.Fatal(err)
+		}
+		if want := len(iphold.Addresses(cidr)); len(holds.Items) != want {
+			t.Errorf("%d addresses of %s held, want %d", len(holds.Items), cidr, want)
 		}
 	})
 
@@ -453,6 +486,13 @@ func TestLifecycle(t *testing.T) {
 			if sc.DeletionTimestamp.IsZero() {
 				t.Errorf("ServiceCIDR %s is not being deleted", sc.Name)
 			}
+		}
+		holds := &networkingv1.IPAddressList{}
+		if err := c.List(ctx, holds, client.MatchingLabels{networkingv1.LabelManagedBy: iphold.ManagedBy}); err != nil {
+			t.Fatal(err)
+		}
+		if len(holds.Items) != 0 {
+			t.Errorf("%d addresses of the deleted tenant's range still held", len(holds.Items))
 		}
 	})
 }

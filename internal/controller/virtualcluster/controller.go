@@ -222,7 +222,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	}
 	cidr, err := r.serviceCIDR(ctx, vc)
 	if err != nil {
-		conds.applyFailed(v1alpha1.ConditionAPIServerReady, "tenant's Service range (ServiceCIDR)")
+		conds.applyFailed(v1alpha1.ConditionAPIServerReady, "tenant's Service range")
 		return reconcile.Result{}, err
 	}
 	vc.Status.ServiceCIDR = cidr
@@ -367,6 +367,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		result.RequeueAfter = endpointRetryInterval
 	}
 	conds.kubeconfig(exposure, names.KubeconfigSecret())
+	// After the control plane is applied, so that its pods start meanwhile: only the copies of
+	// the tenant's Services need it, once its apiserver answers.
+	if err := r.registerServiceCIDR(ctx, vc); err != nil {
+		conds.applyFailed(v1alpha1.ConditionSharedNodeReady, "tenant's Service range in the host (ServiceCIDR)")
+		return reconcile.Result{}, err
+	}
 	if asleep {
 		r.Starts.Done(client.ObjectKeyFromObject(vc))
 		return r.reconcileAsleep(ctx, vc, conds, pki, len(etcdPods)+len(cpPods))

@@ -251,18 +251,24 @@ func TestLifecycle(t *testing.T) {
 				t.Errorf("%T %s: labels %v", o, o.GetName(), o.GetLabels())
 			}
 		}
-		// The tenant's Service range is its own, registered in the host.
-		sc := &networkingv1.ServiceCIDR{}
-		if got.Status.ServiceCIDR == "" {
-			t.Error("status.serviceCIDR is empty")
-		} else if err := c.Get(ctx, client.ObjectKey{Name: naming.ServiceCIDR(got.Status.ServiceCIDR)}, sc); err != nil {
-			t.Errorf("host ServiceCIDR for %s: %v", got.Status.ServiceCIDR, err)
-		} else if sc.Labels[naming.LabelVirtualCluster] != vc.Name || sc.Labels[naming.LabelVirtualClusterNamespace] != ns {
-			t.Errorf("ServiceCIDR %s labels %v", sc.Name, sc.Labels)
+		// The tenant's Service range is its own: claimed by an IPAddress named after its first
+		// address. Its Services are not copied into the host (no shared node), so the range is
+		// none of the host's ServiceCIDRs.
+		claim := &networkingv1.IPAddress{}
+		if cidr, err := netip.ParsePrefix(got.Status.ServiceCIDR); err != nil {
+			t.Errorf("status.serviceCIDR: %v", err)
+		} else if err := c.Get(ctx, client.ObjectKey{Name: cidr.Addr().String()}, claim); err != nil {
+			t.Errorf("the claim of %s: %v", cidr, err)
+		} else if claim.Labels[naming.LabelVirtualCluster] != vc.Name || claim.Labels[naming.LabelVirtualClusterNamespace] != ns ||
+			claim.Spec.ParentRef.Resource != "virtualclusters" || claim.Spec.ParentRef.Name != vc.Name {
+			t.Errorf("the claim of %s: labels %v, parent %+v", cidr, claim.Labels, claim.Spec.ParentRef)
+		}
+		if err := c.Get(ctx, client.ObjectKey{Name: naming.ServiceCIDR(got.Status.ServiceCIDR)}, &networkingv1.ServiceCIDR{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a host ServiceCIDR for %s: %v", got.Status.ServiceCIDR, err)
 		}
 	})
 
-	t.Run("the host gives its own Services no address of the tenant's range", func(t *testing.T) {
+	t.Run("with the shared node, the range is the host's, and the host gives its own Services none of it", func(t *testing.T) {
 		got := &v1alpha1.VirtualCluster{}
 		if err := c.Get(ctx, key(vc.Name), got); err != nil {
 			t.Fatal(err)
@@ -270,6 +276,28 @@ func TestLifecycle(t *testing.T) {
 		cidr, err := netip.ParsePrefix(got.Status.ServiceCIDR)
 		if err != nil {
 			t.Fatalf("status.serviceCIDR: %v", err)
+		}
+		patch := client.MergeFrom(got.DeepCopy())
+		got.Spec.Nodes.Shared = true
+		if err := c.Patch(ctx, got, patch); err != nil {
+			t.Fatal(err)
+		}
+		sc := &networkingv1.ServiceCIDR{}
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			return c.Get(ctx, client.ObjectKey{Name: naming.ServiceCIDR(cidr.String())}, sc) == nil, nil
+		})
+		if err != nil {
+			t.Fatalf("no host ServiceCIDR for %s: %v", cidr, err)
+		}
+		if sc.Labels[naming.LabelVirtualCluster] != vc.Name || sc.Labels[naming.LabelVirtualClusterNamespace] != ns {
+			t.Errorf("ServiceCIDR %s labels %v", sc.Name, sc.Labels)
+		}
+		holds := &networkingv1.IPAddressList{}
+		if err := c.List(ctx, holds, client.MatchingLabels{iphold.LabelRange: naming.ServiceCIDR(cidr.String())}); err != nil {
+			t.Fatal(err)
+		}
+		if want := len(iphold.Addresses(cidr)); len(holds.Items) != want {
+			t.Errorf("%d addresses of %s held, want %d", len(holds.Items), cidr, want)
 		}
 		// The host picks one of its ServiceCIDRs at random for each Service: with the range
 		// not held, about half of these would land in it.
@@ -283,13 +311,6 @@ func TestLifecycle(t *testing.T) {
 			if ip := netip.MustParseAddr(svc.Spec.ClusterIP); cidr.Contains(ip) {
 				t.Errorf("host Service %s got %s, in the tenant's range %s", svc.Name, ip, cidr)
 			}
-		}
-		holds := &networkingv1.IPAddressList{}
-		if err := c.List(ctx, holds, client.MatchingLabels{iphold.LabelRange: naming.ServiceCIDR(cidr.String())}); err != nil {
-			t.Fatal(err)
-		}
-		if want := len(iphold.Addresses(cidr)); len(holds.Items) != want {
-			t.Errorf("%d addresses of %s held, want %d", len(holds.Items), cidr, want)
 		}
 	})
 
@@ -487,12 +508,15 @@ func TestLifecycle(t *testing.T) {
 				t.Errorf("ServiceCIDR %s is not being deleted", sc.Name)
 			}
 		}
-		holds := &networkingv1.IPAddressList{}
-		if err := c.List(ctx, holds, client.MatchingLabels{networkingv1.LabelManagedBy: iphold.ManagedBy}); err != nil {
-			t.Fatal(err)
-		}
-		if len(holds.Items) != 0 {
-			t.Errorf("%d addresses of the deleted tenant's range still held", len(holds.Items))
+		// Its holds and its claim go first.
+		for _, sel := range []client.MatchingLabels{{networkingv1.LabelManagedBy: iphold.ManagedBy}, {naming.LabelVirtualCluster: vc.Name}} {
+			ips := &networkingv1.IPAddressList{}
+			if err := c.List(ctx, ips, sel); err != nil {
+				t.Fatal(err)
+			}
+			if len(ips.Items) != 0 {
+				t.Errorf("%d IPAddresses (%v) of the deleted tenant's range left", len(ips.Items), sel)
+			}
 		}
 	})
 }

@@ -20,26 +20,37 @@ import (
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=servicecidrs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=ipaddresses,verbs=get;list;watch;create;delete;deletecollection
 
-// serviceCIDR gives the tenant its own slice of the tenant Service range, once, and keeps it
-// registered in the host as a ServiceCIDR: the host then accepts the tenant's ClusterIPs for
-// the Services clustertree copies into it, so a tenant Service has one ClusterIP in both data
-// planes. The ServiceCIDR is named after the range, so creating it is what claims the range.
-// Every address of the range is held (package iphold) before its ServiceCIDR exists, so
-// that the host never gives one to a Service of its own.
+// annotationServiceCIDR is the range a claim (claimOf) is for.
+const annotationServiceCIDR = "kubenest.io/service-cidr"
+
+// serviceCIDR gives the tenant its own slice of the tenant Service range, once. The claim is
+// an IPAddress of KubeNest's named after the slice's first address (its network's, which no
+// allocator gives out), parent the VirtualCluster: creating it is the lock, so two tenants
+// never share a slice. A slice that has a KubeNest ServiceCIDR is taken too (registered for
+// a tenant's copies, or claimed that way before claims existed).
 func (r *Reconciler) serviceCIDR(ctx context.Context, vc *v1alpha1.VirtualCluster) (string, error) {
 	if cidr := vc.Status.ServiceCIDR; cidr != "" {
-		return cidr, r.ensureServiceCIDR(ctx, vc, cidr)
+		return cidr, r.ensureClaim(ctx, vc, cidr)
 	}
-	var list networkingv1.ServiceCIDRList
-	if err := r.APIReader.List(ctx, &list, client.MatchingLabels{naming.LabelManagedBy: naming.ManagedByValue}); err != nil {
+	mine := client.MatchingLabels{naming.LabelManagedBy: naming.ManagedByValue}
+	var claims networkingv1.IPAddressList
+	if err := r.APIReader.List(ctx, &claims, mine); err != nil {
+		return "", fmt.Errorf("listing Service range claims: %w", err)
+	}
+	var registered networkingv1.ServiceCIDRList
+	if err := r.APIReader.List(ctx, &registered, mine); err != nil {
 		return "", fmt.Errorf("listing ServiceCIDRs: %w", err)
 	}
 	used := map[string]bool{}
-	for _, sc := range list.Items {
-		if sc.Labels[naming.LabelVirtualCluster] == vc.Name && sc.Labels[naming.LabelVirtualClusterNamespace] == vc.Namespace && len(sc.Spec.CIDRs) == 1 {
-			// Claimed by an earlier pass whose status was not written.
-			return sc.Spec.CIDRs[0], nil
+	for _, o := range claims.Items {
+		if cidr := o.Annotations[annotationServiceCIDR]; cidr != "" {
+			if isTenants(&o, vc) {
+				return cidr, nil // claimed by an earlier pass whose status was not written
+			}
+			used[cidr] = true
 		}
+	}
+	for _, sc := range registered.Items {
 		for _, c := range sc.Spec.CIDRs {
 			used[c] = true
 		}
@@ -49,15 +60,11 @@ func (r *Reconciler) serviceCIDR(ctx context.Context, vc *v1alpha1.VirtualCluste
 		if err != nil {
 			return "", err
 		}
-		// Holds of a range someone else claims meanwhile are that range's, and stay.
-		rng, err := r.serviceRange(cidr)
+		claim, err := claimOf(vc, cidr)
 		if err != nil {
 			return "", err
 		}
-		if _, err := rng.HoldAll(ctx, nil); err != nil {
-			return "", err
-		}
-		err = r.Client.Create(ctx, desiredServiceCIDR(vc, cidr), fieldOwner)
+		err = r.Client.Create(ctx, claim, fieldOwner)
 		if apierrors.IsAlreadyExists(err) {
 			used[cidr] = true // another tenant claimed it meanwhile
 			continue
@@ -70,20 +77,66 @@ func (r *Reconciler) serviceCIDR(ctx context.Context, vc *v1alpha1.VirtualCluste
 	}
 }
 
-// ensureServiceCIDR holds every address of the tenant's range that has no IPAddress (one a
-// copy of a tenant Service left, or a range claimed before the holds existed) and registers
-// the range again if someone deleted its ServiceCIDR. It runs every pass, so it reads from the
-// cache (a lagging cache only costs refused creates).
-func (r *Reconciler) ensureServiceCIDR(ctx context.Context, vc *v1alpha1.VirtualCluster, cidr string) error {
+// ensureClaim makes the tenant's claim of its range again if it is missing (deleted, or a
+// range claimed by its ServiceCIDR before claims existed). It runs every pass, from the cache.
+func (r *Reconciler) ensureClaim(ctx context.Context, vc *v1alpha1.VirtualCluster, cidr string) error {
+	claim, err := claimOf(vc, cidr)
+	if err != nil {
+		return err
+	}
+	if r.hasIPAddress(ctx, claim.Name) {
+		return nil
+	}
+	if err := r.Client.Create(ctx, claim, fieldOwner); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("claiming Service range %s: %w", cidr, err)
+	}
+	return nil
+}
+
+// claimOf is the IPAddress that claims cidr for vc.
+func claimOf(vc *v1alpha1.VirtualCluster, cidr string) (*networkingv1.IPAddress, error) {
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return nil, fmt.Errorf("tenant Service range %q: %w", cidr, err)
+	}
+	labels := naming.For(vc.Name).Labels("")
+	labels[naming.LabelVirtualClusterNamespace] = vc.Namespace
+	return &networkingv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Masked().Addr().String(), Labels: labels,
+			Annotations: map[string]string{annotationServiceCIDR: cidr}},
+		Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
+			Group: v1alpha1.GroupVersion.Group, Resource: "virtualclusters", Namespace: vc.Namespace, Name: vc.Name}},
+	}, nil
+}
+
+func isTenants(o metav1.Object, vc *v1alpha1.VirtualCluster) bool {
+	return o.GetLabels()[naming.LabelVirtualCluster] == vc.Name && o.GetLabels()[naming.LabelVirtualClusterNamespace] == vc.Namespace
+}
+
+// registerServiceCIDR makes the tenant's range one of the host's ServiceCIDRs when clustertree
+// copies its Services into the host (spec.nodes.shared): the host then accepts the tenant's
+// ClusterIPs for the copies, so a tenant Service has one ClusterIP in both data planes. Once
+// registered, a range stays so for the tenant's life. The host's apiserver also gives its own
+// Services addresses of any ServiceCIDR it has, so every address of the range that no copy
+// uses is held first (package iphold), and again on every pass: one a copy left, or one of a
+// range registered before the holds existed. It reads from the cache (a lagging cache only
+// costs refused creates).
+func (r *Reconciler) registerServiceCIDR(ctx context.Context, vc *v1alpha1.VirtualCluster) error {
+	cidr := vc.Status.ServiceCIDR
+	want := desiredServiceCIDR(vc, cidr)
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), &networkingv1.ServiceCIDR{})
+	exists := err == nil
+	if client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	if !exists && !vc.Spec.Nodes.Shared {
+		return nil
+	}
 	rng, err := r.serviceRange(cidr)
 	if err != nil {
 		return err
 	}
-	held, err := rng.HoldAll(ctx, func(a netip.Addr) bool {
-		ip := &metav1.PartialObjectMetadata{}
-		ip.SetGroupVersionKind(networkingv1.SchemeGroupVersion.WithKind("IPAddress"))
-		return r.Client.Get(ctx, client.ObjectKey{Name: a.String()}, ip) == nil
-	})
+	held, err := rng.HoldAll(ctx, func(a netip.Addr) bool { return r.hasIPAddress(ctx, a.String()) })
 	if err != nil {
 		return err
 	}
@@ -91,15 +144,22 @@ func (r *Reconciler) ensureServiceCIDR(ctx context.Context, vc *v1alpha1.Virtual
 		ctrl.LoggerFrom(ctx).Info("held addresses of the tenant's Service range that had no IPAddress, so that the host gives them to none of its own Services",
 			"serviceCIDR", cidr, "held", held)
 	}
-	want := desiredServiceCIDR(vc, cidr)
-	err = r.Client.Get(ctx, client.ObjectKeyFromObject(want), &networkingv1.ServiceCIDR{})
-	if apierrors.IsNotFound(err) {
-		err = r.Client.Create(ctx, want, fieldOwner)
-	}
-	if err == nil || apierrors.IsAlreadyExists(err) {
+	if exists {
 		return nil
 	}
-	return fmt.Errorf("registering Service range %s in the host: %w", cidr, err)
+	if err := r.Client.Create(ctx, want, fieldOwner); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("registering Service range %s in the host: %w", cidr, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("registered the tenant's Service range in the host, for the copies of its Services", "serviceCIDR", cidr)
+	return nil
+}
+
+// hasIPAddress says whether the host has the IPAddress name, as the cache (of their metadata
+// only) has it.
+func (r *Reconciler) hasIPAddress(ctx context.Context, name string) bool {
+	ip := &metav1.PartialObjectMetadata{}
+	ip.SetGroupVersionKind(networkingv1.SchemeGroupVersion.WithKind("IPAddress"))
+	return r.Client.Get(ctx, client.ObjectKey{Name: name}, ip) == nil
 }
 
 func desiredServiceCIDR(vc *v1alpha1.VirtualCluster, cidr string) *networkingv1.ServiceCIDR {
@@ -111,24 +171,40 @@ func desiredServiceCIDR(vc *v1alpha1.VirtualCluster, cidr string) *networkingv1.
 	}
 }
 
-// releaseServiceCIDR gives the tenant's Service range back: its holds first, so that none is
-// left once the range can be claimed again. The host keeps the ServiceCIDR (a finalizer) until
-// no Service has an address in it: one of its own that took a freed address meanwhile only
-// keeps the range from being claimed again while it lives.
+// releaseServiceCIDR gives the tenant's Service range back: its holds first, then its
+// ServiceCIDR, then its claim. The host keeps the ServiceCIDR (a finalizer) until no Service has
+// an address in it, and the range is not claimed again while it does: a host Service that took
+// a freed address meanwhile only keeps the range from being claimed again while it lives.
 func (r *Reconciler) releaseServiceCIDR(ctx context.Context, vc *v1alpha1.VirtualCluster) error {
-	if vc.Status.ServiceCIDR == "" {
+	cidr := vc.Status.ServiceCIDR
+	if cidr == "" {
 		return nil
 	}
-	rng, err := r.serviceRange(vc.Status.ServiceCIDR)
+	rng, err := r.serviceRange(cidr)
 	if err != nil {
 		return err
 	}
 	if err := rng.Drop(ctx); err != nil {
 		return err
 	}
-	sc := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: naming.ServiceCIDR(vc.Status.ServiceCIDR)}}
+	sc := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: naming.ServiceCIDR(cidr)}}
 	if err := r.Client.Delete(ctx, sc); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("releasing Service range %s: %w", vc.Status.ServiceCIDR, err)
+		return fmt.Errorf("releasing Service range %s: %w", cidr, err)
+	}
+	claim, err := claimOf(vc, cidr)
+	if err != nil {
+		return err
+	}
+	current := &networkingv1.IPAddress{}
+	err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(claim), current)
+	if apierrors.IsNotFound(err) || (err == nil && !isTenants(current, vc)) {
+		return nil
+	}
+	if err == nil {
+		err = r.Client.Delete(ctx, current, client.Preconditions{UID: &current.UID})
+	}
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("releasing the claim of Service range %s: %w", cidr, err)
 	}
 	return nil
 }

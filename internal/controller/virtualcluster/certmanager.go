@@ -67,7 +67,7 @@ func (r *Reconciler) issuedCA(ctx context.Context, vc *v1alpha1.VirtualCluster, 
 		conds.caNotIssued(ReasonCAPending, msg)
 		return nil, nil
 	}
-	s, err := r.secret(ctx, vc.Namespace, cert.Spec.SecretName)
+	s, err := secret(ctx, r.APIReader, vc.Namespace, cert.Spec.SecretName)
 	if err != nil {
 		return nil, err
 	}

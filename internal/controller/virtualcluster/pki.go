@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
@@ -40,7 +41,6 @@ type tenantPKI struct {
 // It returns nil, nil when the CA Secret is unusable: that is reported, never repaired.
 func (r *Reconciler) reconcilePKI(ctx context.Context, vc *v1alpha1.VirtualCluster, exp controlplane.Exposure, conds conditions) (*tenantPKI, error) {
 	log := ctrl.LoggerFrom(ctx)
-	names := naming.For(vc.Name)
 
 	settings, err := r.settingsFor(vc)
 	if err != nil {
@@ -59,32 +59,36 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, vc *v1alpha1.VirtualClust
 		status = &v1alpha1.CertificatesStatus{}
 	}
 
-	// Secrets are read live, not from the cache: a stale read would reissue certificates that
-	// exist and roll the tenant's pods for nothing.
-	existing := map[controlplane.Leaf]controlplane.PEMPair{}
-	for _, name := range []string{names.EtcdCertsSecret(), names.ControlPlaneCertsSecret()} {
-		s, err := r.secret(ctx, vc.Namespace, name)
-		if err != nil {
-			return nil, err
-		}
-		maps.Copy(existing, controlplane.ExistingLeaves(s.Data))
-	}
-	kc, err := r.secret(ctx, vc.Namespace, names.KubeconfigSecret())
+	// The leaves are read from the cache. When that read asks for a renewal, the Secrets are
+	// read again live, and a newer live Secret decides: a stale cache would reissue
+	// certificates that exist and roll the tenant's pods for nothing. A pass that renews
+	// nothing reads no leaf Secret live.
+	rotation := vc.Annotations[v1alpha1.AnnotationRotateCertificates]
+	rotate := rotation != "" && rotation != status.RotationRequest
+	existing, version, err := r.existingLeaves(ctx, vc, r.Client)
 	if err != nil {
 		return nil, err
 	}
-	if admin, ok := controlplane.AdminFromKubeconfig(kc.Data); ok {
-		existing[controlplane.LeafAdmin] = admin
-	}
-	rotation := vc.Annotations[v1alpha1.AnnotationRotateCertificates]
-	if rotation != "" && rotation != status.RotationRequest {
-		log.Info("rotating every leaf certificate on request", "annotation", v1alpha1.AnnotationRotateCertificates, "value", rotation)
+	if rotate {
 		clear(existing)
 	}
-
 	leaves, renewed, err := controlplane.EnsureLeaves(auth, specs, existing, conds.Now)
 	if err != nil {
 		return nil, err
+	}
+	if len(renewed) > 0 && !rotate {
+		live, liveVersion, err := r.existingLeaves(ctx, vc, r.APIReader)
+		if err != nil {
+			return nil, err
+		}
+		if liveVersion != version {
+			if leaves, renewed, err = controlplane.EnsureLeaves(auth, specs, live, conds.Now); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if rotate {
+		log.Info("rotating every leaf certificate on request", "annotation", v1alpha1.AnnotationRotateCertificates, "value", rotation)
 	}
 	if len(renewed) > 0 {
 		var why []string
@@ -264,10 +268,31 @@ func (r *Reconciler) createAuthorities(ctx context.Context, vc *v1alpha1.Virtual
 	return auth, "", nil
 }
 
-// secret reads a Secret live; a missing one reads as empty.
-func (r *Reconciler) secret(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+// existingLeaves are the tenant's leaf certificates as its Secrets hold them, read by reader,
+// and the Secrets' resource versions.
+func (r *Reconciler) existingLeaves(ctx context.Context, vc *v1alpha1.VirtualCluster, reader client.Reader) (map[controlplane.Leaf]controlplane.PEMPair, string, error) {
+	names := naming.For(vc.Name)
+	existing := map[controlplane.Leaf]controlplane.PEMPair{}
+	var version string
+	for _, name := range []string{names.EtcdCertsSecret(), names.ControlPlaneCertsSecret(), names.KubeconfigSecret()} {
+		s, err := secret(ctx, reader, vc.Namespace, name)
+		if err != nil {
+			return nil, "", err
+		}
+		version += "/" + s.ResourceVersion
+		if name != names.KubeconfigSecret() {
+			maps.Copy(existing, controlplane.ExistingLeaves(s.Data))
+		} else if admin, ok := controlplane.AdminFromKubeconfig(s.Data); ok {
+			existing[controlplane.LeafAdmin] = admin
+		}
+	}
+	return existing, version, nil
+}
+
+// secret reads a Secret with reader; a missing one reads as empty.
+func secret(ctx context.Context, reader client.Reader, ns, name string) (*corev1.Secret, error) {
 	s := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, s)
+	err := reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, s)
 	if apierrors.IsNotFound(err) {
 		return &corev1.Secret{}, nil
 	}

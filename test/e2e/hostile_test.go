@@ -201,6 +201,34 @@ func TestHostileTenant(t *testing.T) {
 		}
 	})
 
+	t.Run("a Service at its range's claim, to have clustertree free it in the host", func(t *testing.T) {
+		// clustertree releases the host's hold on an address before it copies a tenant Service
+		// there. The attacker's range is claimed in the host by an IPAddress named after the
+		// range's first address: a Service there would free the range for another tenant, if
+		// clustertree released whatever IPAddress has the address.
+		first := netip.MustParsePrefix(attacker.Status.ServiceCIDR).Addr()
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "claim", Namespace: "default"},
+			Spec: corev1.ServiceSpec{ClusterIP: first.String(), Ports: []corev1.ServicePort{{Port: 80}}}}
+		if _, err := evil.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Logf("a Service at %s: refused by the tenant's apiserver: %v", first, err)
+		} else {
+			defer func() {
+				_ = evil.CoreV1().Services("default").Delete(context.Background(), "claim", metav1.DeleteOptions{})
+			}()
+			time.Sleep(5 * time.Second) // clustertree copies a new Service within a second
+		}
+		claim := &networkingv1.IPAddress{}
+		if err := host.Get(ctx, types.NamespacedName{Name: first.String()}, claim); err != nil {
+			t.Fatalf("the claim of the attacker's range %s: %v", attacker.Status.ServiceCIDR, err)
+		}
+		if claim.Labels[naming.LabelVirtualCluster] != attacker.Name || claim.Spec.ParentRef.Name != attacker.Name {
+			t.Errorf("the claim %s is now %v, parent %+v", claim.Name, claim.Labels, claim.Spec.ParentRef)
+		}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: clustertree.HostName(attacker.Name, "default", "claim")}, &corev1.Service{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a host copy of the Service at the claim's address: %v", err)
+		}
+	})
+
 	t.Run("the shared node's address, pointed at the host's apiserver from inside the tenant", func(t *testing.T) {
 		// The attacker rewrites the Service that holds its shared node's address and the
 		// kubelet port's EndpointSlice, as its cluster-admin may.

@@ -120,6 +120,7 @@ func Run(t *testing.T, bin Programs, vc *v1alpha1.VirtualCluster, settings contr
 		"initial-advertise-peer-urls": fmt.Sprintf("https://127.0.0.1:%d", peerPort),
 		"initial-cluster":             fmt.Sprintf("%s=https://127.0.0.1:%d", member, peerPort),
 		"listen-metrics-urls":         fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)),
+		"listen-client-http-urls":     fmt.Sprintf("https://127.0.0.1:%d", FreePort(t)),
 	})
 	deploy, err := controlplane.ControlPlaneDeployment(vc, settings, "")
 	if err != nil {

@@ -142,15 +142,15 @@ func (s Settings) kubernetesServiceIP() (net.IP, error) {
 
 // Ports of the tenant components.
 const (
-	APIServerPort   = 6443
-	EtcdClientPort  = 2379
-	EtcdPeerPort    = 2380
-	EtcdMetricsPort = 2381
-	// EtcdClientHTTPPort serves etcd's HTTP endpoints for clients (/health, /version, the
-	// gRPC gateway), on the pod's loopback only: see EtcdStatefulSet.
-	EtcdClientHTTPPort    = 2382
+	APIServerPort         = 6443
+	EtcdClientPort        = 2379
+	EtcdPeerPort          = 2380
+	EtcdMetricsPort       = 2381
 	ControllerManagerPort = 10257
 	SchedulerPort         = 10259
+	// EtcdClientHTTPPort serves etcd's HTTP endpoints for clients (/health, /version, the
+	// gRPC gateway), on the pod's loopback only: see EtcdStatefulSet.
+	EtcdClientHTTPPort = 2382
 )
 
 // TenantClusterDomain is the DNS domain inside every tenant.

@@ -65,15 +65,9 @@ func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) 
 	self := etcdMemberHost(vc, "$(POD_NAME)")
 	pki := func(file string) string { return EtcdPKIDir + "/" + file }
 	flags := map[string]string{
-		"name":               "$(POD_NAME)",
-		"data-dir":           EtcdDataDir + "/data",
-		"listen-client-urls": fmt.Sprintf("https://0.0.0.0:%d", EtcdClientPort),
-		// The client port serves gRPC alone, with gRPC's own server. A TLS port that also
-		// serves HTTP makes etcd serve gRPC through net/http's HTTP/2 server instead: 13 %
-		// more of etcd's CPU for the same writes, 8 % more idle (BENCHMARKS.md). Nothing of a
-		// tenant's uses etcd's HTTP endpoints (/health, /version, the gRPC gateway) on the
-		// client port; the probes use the metrics port.
-		"listen-client-http-urls":     fmt.Sprintf("https://127.0.0.1:%d", EtcdClientHTTPPort),
+		"name":                        "$(POD_NAME)",
+		"data-dir":                    EtcdDataDir + "/data",
+		"listen-client-urls":          fmt.Sprintf("https://0.0.0.0:%d", EtcdClientPort),
 		"advertise-client-urls":       fmt.Sprintf("https://%s:%d", self, EtcdClientPort),
 		"listen-peer-urls":            fmt.Sprintf("https://0.0.0.0:%d", EtcdPeerPort),
 		"initial-advertise-peer-urls": fmt.Sprintf("https://%s:%d", self, EtcdPeerPort),
@@ -93,6 +87,12 @@ func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) 
 		// Peer certificates name the peer Service's wildcard, not each member's address; the
 		// etcd CA (which only this tenant's members hold certificates of) authenticates peers.
 		"peer-skip-client-san-verification": "true",
+		// The client port serves gRPC alone, with gRPC's own server. A TLS port that also
+		// serves HTTP makes etcd serve gRPC through net/http's HTTP/2 server instead: 13 %
+		// more of etcd's CPU for the same writes, 8 % more idle (BENCHMARKS.md). Nothing of a
+		// tenant's uses etcd's HTTP endpoints (/health, /version, the gRPC gateway) on the
+		// client port; the probes use the metrics port.
+		"listen-client-http-urls": fmt.Sprintf("https://127.0.0.1:%d", EtcdClientHTTPPort),
 	}
 	container := corev1.Container{
 		Name:            ContainerEtcd,

@@ -40,6 +40,7 @@ import (
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
+	"github.com/kubenest-io/kubenest/pkg/pki"
 	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
 
@@ -431,6 +432,80 @@ func TestHostileTenant(t *testing.T) {
 		got.Spec.Nodes.PodSecurity = ""
 		got.Spec.ControlPlane.APIServer.ExtraArgs = map[string]string{"kubenest-node-pod-security": "privileged"}
 		refused(t, "the namespace's editor setting the guard's flag through extraArgs", admin.Update(ctx, got), "is set by the operator and cannot be overridden")
+	})
+
+	t.Run("a certificate of its own in the tenant's certificate Secret, out of the operator's cache", func(t *testing.T) {
+		// The operator reads a tenant's leaf certificates from its cache, which holds only
+		// Secrets labelled as a tenant's, and reads them live only when the cached ones ask
+		// for a renewal. The namespace's editor writes an apiserver certificate of a CA of its
+		// own (for the tenant's names) into the control-plane certificates Secret and takes the
+		// label off, so that the Secret leaves the cache: the operator must not serve the
+		// forged certificate, but one of the tenant's CA again, labelled again.
+		names := naming.For(attacker.Name)
+		now := time.Now()
+		own, err := pki.NewCA("attacker", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forged, err := own.Issue(pki.CertSpec{CommonName: "kube-apiserver", Usage: pki.UsageServer, Validity: 24 * time.Hour,
+			DNSNames: []string{"kubernetes.default.svc", names.APIServerService() + "." + nsA + ".svc"}}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		forgedKey, err := forged.KeyPEM()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp := &corev1.Secret{}
+		if err := admin.Get(ctx, types.NamespacedName{Namespace: nsA, Name: names.ControlPlaneCertsSecret()}, cp); err != nil {
+			t.Fatal(err)
+		}
+		delete(cp.Labels, naming.LabelVirtualCluster)
+		cp.Data[controlplane.LeafAPIServer.CertFile()] = forged.CertPEM()
+		cp.Data[controlplane.LeafAPIServer.KeyFile()] = forgedKey
+		if err := admin.Update(ctx, cp); err != nil {
+			t.Fatalf("the namespace's editor updating the certificates Secret (edit allows it): %v", err)
+		}
+
+		ca := &corev1.Secret{}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: names.CASecret()}, ca); err != nil {
+			t.Fatal(err)
+		}
+		tenantCA, err := pki.ParseCert(ca.Data[controlplane.KeyCACert])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last string
+		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			got := &corev1.Secret{}
+			if err := host.Get(ctx, client.ObjectKeyFromObject(cp), got); err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			cert, err := pki.ParseCert(got.Data[controlplane.LeafAPIServer.CertFile()])
+			switch {
+			case err != nil:
+				last = err.Error()
+			case cert.CheckSignatureFrom(tenantCA) != nil:
+				last = "the apiserver certificate is not the tenant CA's: " + cert.Issuer.String()
+			case got.Labels[naming.LabelVirtualCluster] != attacker.Name:
+				last = fmt.Sprintf("labels %v", got.Labels)
+			default:
+				return true, nil
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("the forged certificate was not replaced: %s", last)
+		}
+		// The tenant serves with the new certificate, and its admin's kubeconfig still works.
+		attacker = waitReady(t, ctx, attacker)
+		if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, err := evil.Discovery().ServerVersion()
+			return err == nil, nil
+		}); err != nil {
+			t.Fatalf("the attacker's tenant does not answer after its certificate was replaced: %v", err)
+		}
 	})
 
 	t.Run("a flood of VirtualClusters that never start, holding the operator's start turns", func(t *testing.T) {

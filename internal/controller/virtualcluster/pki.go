@@ -63,14 +63,15 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, vc *v1alpha1.VirtualClust
 	// read again live, and a newer live Secret decides: a stale cache would reissue
 	// certificates that exist and roll the tenant's pods for nothing. A pass that renews
 	// nothing reads no leaf Secret live.
+	// A rotation request keeps no existing leaf, and reads none.
 	rotation := vc.Annotations[v1alpha1.AnnotationRotateCertificates]
 	rotate := rotation != "" && rotation != status.RotationRequest
-	existing, version, err := r.existingLeaves(ctx, vc, r.Client)
-	if err != nil {
-		return nil, err
-	}
+	var existing map[controlplane.Leaf]controlplane.PEMPair
+	var version string
 	if rotate {
-		clear(existing)
+		log.Info("rotating every leaf certificate on request", "annotation", v1alpha1.AnnotationRotateCertificates, "value", rotation)
+	} else if existing, version, err = r.existingLeaves(ctx, vc, r.Client); err != nil {
+		return nil, err
 	}
 	leaves, renewed, err := controlplane.EnsureLeaves(auth, specs, existing, conds.Now)
 	if err != nil {
@@ -86,9 +87,6 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, vc *v1alpha1.VirtualClust
 				return nil, err
 			}
 		}
-	}
-	if rotate {
-		log.Info("rotating every leaf certificate on request", "annotation", v1alpha1.AnnotationRotateCertificates, "value", rotation)
 	}
 	if len(renewed) > 0 {
 		var why []string

@@ -50,6 +50,8 @@ type densityOptions struct {
 	// asleep: the first this many tenants are put to sleep once Ready.
 	asleep int
 	idle   time.Duration
+	// wakes: how many different sleeping tenants are woken, one after another, for the wake figures.
+	wakes int
 }
 
 func parseDensity(args []string) densityOptions {
@@ -59,12 +61,17 @@ func parseDensity(args []string) densityOptions {
 	minAvailable := fs.Int("min-available-mib", 2048, "the run ends when the host has less memory available than this")
 	asleep := fs.Int("asleep", 0, "put the first N tenants to sleep once Ready (each before the next is made); then, after --idle, report the operator's cost per tenant, the awake tenants' idle CPU, the host API's latency and one sleeping tenant's wake")
 	idle := fs.Duration("idle", 30*time.Second, "with --asleep: how long the tenants are left before they, the operator and the host are measured")
+	wakes := fs.Int("wakes", 5, "with --asleep: wake this many different sleeping tenants, one after another, each put back to sleep before the next (the wake figures are their median and 90th percentile)")
 	_ = fs.Parse(args)
 	if *asleep < 0 || *asleep > *limit {
 		fmt.Fprintf(os.Stderr, "density: --asleep=%d must be between 0 and --cap (%d)\n", *asleep, *limit)
 		os.Exit(2)
 	}
-	return densityOptions{limit: *limit, timeout: *timeout, minAvailable: *minAvailable, asleep: *asleep, idle: *idle}
+	if *wakes < 1 {
+		fmt.Fprintf(os.Stderr, "density: --wakes=%d must be at least 1\n", *wakes)
+		os.Exit(2)
+	}
+	return densityOptions{limit: *limit, timeout: *timeout, minAvailable: *minAvailable, asleep: *asleep, idle: *idle, wakes: *wakes}
 }
 
 func runDensity(ctx context.Context, e *env, ns string, opts densityOptions) (densityResult, error) {
@@ -116,8 +123,7 @@ func runDensity(ctx context.Context, e *env, ns string, opts densityOptions) (de
 	if err != nil {
 		return res, err
 	}
-	load, _ := os.ReadFile("/proc/loadavg")
-	load1, _ := strconv.ParseFloat(strings.Fields(string(load) + " 0")[0], 64)
+	load1 := loadAverage()
 	n := len(res.tenants)
 	method := fmt.Sprintf("tenants (NodePort, 1 etcd member on a claim of the default StorageClass) created one by one, each when the one before was Ready and answered, until %s; host memory from /proc/meminfo of this machine (the local cluster's nodes are its network namespaces), MemTotal - MemAvailable", stop)
 	res.figures = []Figure{
@@ -215,16 +221,13 @@ func sleepingDensity(ctx context.Context, e *env, tenants []*v1alpha1.VirtualClu
 		lat = append(lat, time.Since(start))
 	}
 	slices.Sort(lat)
-	cfg, err := tenantConfig(ctx, e, tenants[0])
+	load1 := loadAverage()
+	woke, err := wakeSome(ctx, e, tenants[:asleep], opts)
 	if err != nil {
 		return nil, err
 	}
-	woke, err := firstRequest(ctx, cfg, opts.timeout)
-	if err != nil {
-		return nil, fmt.Errorf("waking %s: %w", tenants[0].Name, err)
-	}
-	fmt.Printf("  a sleeping tenant answered its first request in %.1fs\n", woke.Seconds())
 	method := fmt.Sprintf("%d tenants, %d asleep, %d awake and idle, measured after %s", n, asleep, awake, opts.idle)
+	wakeMethod := fmt.Sprintf("%s; a LIST of namespaces on a new connection to a sleeping tenant, from the call to its answer, %d tenants spread over the sleeping ones, one after another, each put back to sleep before the next", method, len(woke))
 	figures := []Figure{
 		{"density: tenants asleep", float64(asleep), "tenants", method},
 		{"density: tenants awake", float64(awake), "tenants", method},
@@ -233,7 +236,9 @@ func sleepingDensity(ctx context.Context, e *env, tenants []*v1alpha1.VirtualClu
 			method + "; (the operator pod's working set now - before the first tenant) / tenants, kubelet stats (target 2 MiB)"},
 		{"density: operator CPU per tenant", op.cpu * 1000 / float64(n), "millicores", method + "; the operator pod's CPU over a minute / tenants, kubelet stats (target 1 millicore)"},
 		{"density: host API LIST p99", percentile(lat, 0.99).Seconds() * 1000, "ms", method + "; 100 LISTs of the VirtualClusters of the benchmark's namespace, one after another (target under 1 s)"},
-		{"density: a sleeping tenant's first request→answer", woke.Seconds(), "s", method + "; a LIST of namespaces on a new connection to the first (sleeping) tenant, from the call to its answer (target 3 s)"},
+		{"density: load average (1 min) when measured", load1, "", method + "; /proc/loadavg, before the wakes"},
+		{"density: a sleeping tenant's first request→answer, median", percentile(woke, 0.5).Seconds(), "s", wakeMethod + " (target 3 s)"},
+		{"density: a sleeping tenant's first request→answer, p90", percentile(woke, 0.9).Seconds(), "s", wakeMethod},
 	}
 	if awake > 0 {
 		figures = append(figures,
@@ -241,6 +246,42 @@ func sleepingDensity(ctx context.Context, e *env, tenants []*v1alpha1.VirtualClu
 			Figure{"density: working set per awake tenant", float64(awakeUse.workingSet) / float64(awake) / mib, "MiB", method + "; the same, memory"})
 	}
 	return figures, nil
+}
+
+// wakeSome wakes opts.wakes of the sleeping tenants (spread evenly over them), one after
+// another, each by a request through its kubeconfig, and puts each back to sleep before the
+// next: how long each first request took, sorted.
+func wakeSome(ctx context.Context, e *env, sleeping []*v1alpha1.VirtualCluster, opts densityOptions) ([]time.Duration, error) {
+	count := min(opts.wakes, len(sleeping))
+	var woke []time.Duration
+	for i := range count {
+		vc := sleeping[i*len(sleeping)/count]
+		cfg, err := tenantConfig(ctx, e, vc)
+		if err != nil {
+			return nil, err
+		}
+		d, err := firstRequest(ctx, cfg, opts.timeout)
+		if err != nil {
+			return nil, fmt.Errorf("waking %s: %w", vc.Name, err)
+		}
+		fmt.Printf("  sleeping tenant %s answered its first request in %.1fs\n", vc.Name, d.Seconds())
+		woke = append(woke, d)
+		if err := waitAwake(ctx, e, vc, opts.timeout); err != nil {
+			return nil, fmt.Errorf("%s not Ready after its wake: %w", vc.Name, err)
+		}
+		if err := putToSleep(ctx, e, vc, opts.timeout); err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(woke)
+	return woke, nil
+}
+
+// loadAverage is this machine's load average over the last minute (0 if unreadable).
+func loadAverage() float64 {
+	raw, _ := os.ReadFile("/proc/loadavg")
+	load, _ := strconv.ParseFloat(strings.Fields(string(raw) + " 0")[0], 64)
+	return load
 }
 
 // operatorUsage is what the operator's pods use (kubelet stats).

@@ -65,7 +65,7 @@ Benchmarks:
   memory       memory and CPU of each component of idle tenants
   density      idle tenants created one by one until one is not Ready in time, the host runs
                short of memory, or a cap; the host's memory then (--asleep N: the first N
-               sleep; then the operator's cost per tenant, idle CPU per awake one, a wake)
+               sleep; then the operator's cost per tenant, idle CPU per awake one, wakes)
   throughput   N pods through a tenant's shared node vs N pods created directly in the host
   latency      GET, LIST and CREATE latency of a tenant's apiserver vs the host's, same run
   promotion    lending a host node to a tenant and giving it back

@@ -203,6 +203,7 @@ func Run(ctx context.Context, cfg Config) error {
 			unreferencedGrace: max(cfg.SyncPeriod, 5*time.Second), wokeAt: cfg.WokeAt,
 		}
 		vkTenant.pods = pc.Pods
+		mux.Handle("/metrics", metricsHandler(cfg.NodeName, pc.Pods)) // the provider's routes serve the rest, /metrics/resource among them
 		describeNode(pc.Node, cfg, address, kubeletPort, capacity)
 		return prov, &nodeProvider{node: pc.Node.DeepCopy(), capacity: cfg.Capacity, read: hostResources.add, period: cfg.SyncPeriod}, nil
 	},

@@ -84,6 +84,20 @@ func TestSharedNode(t *testing.T) {
 		}
 	})
 
+	t.Run("the node's /metrics answers as a kubelet's, with the tenant's pods only", func(t *testing.T) {
+		// What a Prometheus scraping every node through the apiserver, and Kubernetes' e2e
+		// framework after a failed test, read.
+		out := kubectl(t, "--kubeconfig", kubeconfig, "get", "--raw", "/api/v1/nodes/kubenest-shared/proxy/metrics")
+		if !strings.Contains(out, "kubelet_running_pods 3\n") || !strings.Contains(out, `kubelet_node_name{node="kubenest-shared"} 1`) {
+			t.Errorf("the shared node's /metrics does not count the 3 pods running:\n%s", out)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if line != "" && !strings.HasPrefix(line, "#") && !strings.HasPrefix(line, "kubelet_") {
+				t.Errorf("the shared node's /metrics says more than the tenant's figures (the operator's process serves other tenants too): %q", line)
+			}
+		}
+	})
+
 	pod := pods[0].Name
 	t.Run("kubectl logs, exec and port-forward work from the tenant", func(t *testing.T) {
 		logs := kubectl(t, "--kubeconfig", kubeconfig, "logs", pod)

@@ -59,7 +59,7 @@ func parseDensity(args []string) densityOptions {
 	limit := fs.Int("cap", 8, "at most this many tenants")
 	timeout := fs.Duration("timeout", 3*time.Minute, "a tenant not Ready within this long ends the run")
 	minAvailable := fs.Int("min-available-mib", 2048, "the run ends when the host has less memory available than this")
-	asleep := fs.Int("asleep", 0, "put the first N tenants to sleep once Ready (each before the next is made); then, after --idle, report the operator's cost per tenant, the awake tenants' idle CPU, the host API's latency and one sleeping tenant's wake")
+	asleep := fs.Int("asleep", 0, "put the first N tenants to sleep once Ready (each before the next is made); then, after --idle, report the operator's cost per tenant, the awake tenants' idle CPU, the host API's latency and the wakes of --wakes sleeping tenants")
 	idle := fs.Duration("idle", 30*time.Second, "with --asleep: how long the tenants are left before they, the operator and the host are measured")
 	wakes := fs.Int("wakes", 5, "with --asleep: wake this many different sleeping tenants, one after another, each put back to sleep before the next (the wake figures are their median and 90th percentile)")
 	_ = fs.Parse(args)

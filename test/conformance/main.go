@@ -55,7 +55,7 @@ type options struct {
 	kubeconfig, namespace, name, out         string
 	e2eTest, ginkgo, kubectl                 string
 	focus, skip                              string
-	procs, lentNodes                         int
+	procs, lentNodes, flakeAttempts          int
 	serial, keep, cleanupOnly                bool
 	readyTimeout, suiteTimeout, lendWait     time.Duration
 	extraE2EArgs                             string
@@ -75,6 +75,7 @@ func main() {
 	flag.StringVar(&o.focus, "focus", `\[Conformance\]`, "regular expression of the specs to run (ginkgo --focus)")
 	flag.StringVar(&o.skip, "skip", "", "regular expression of specs not to run (ginkgo --skip); empty for none")
 	flag.IntVar(&o.procs, "procs", 4, "parallel processes of the non-serial part")
+	flag.IntVar(&o.flakeAttempts, "flake-attempts", 1, "runs of a failing spec before it counts as failed (ginkgo --flake-attempts); a spec that passes on a later run is listed as flaky with its first failure. 1 for a conformance figure")
 	flag.IntVar(&o.lentNodes, "lent-nodes", 1, "host nodes lent to the tenant (0: the shared node only, without privileged pods; for a host with no free lendable node)")
 	flag.BoolVar(&o.serial, "serial", true, "run the [Serial] and [Disruptive] specs too, after the others, in one process")
 	flag.BoolVar(&o.keep, "keep", false, "keep the tenant and its namespace at the end (reused by the next run; --cleanup removes them)")
@@ -348,6 +349,9 @@ func runPart(ctx context.Context, o *options, name, dir string, procs int, label
 	if procs > 1 {
 		args = append(args, fmt.Sprintf("--procs=%d", procs))
 	}
+	if o.flakeAttempts > 1 {
+		args = append(args, fmt.Sprintf("--flake-attempts=%d", o.flakeAttempts))
+	}
 	kubeconfig, err := filepath.Abs(o.tenantKubeconfig)
 	if err != nil {
 		return part{}, err
@@ -393,12 +397,17 @@ type specReport struct {
 	LeafNodeText            string
 	State                   string
 	RunTime                 time.Duration
-	Failure                 *struct {
-		Message  string
-		Location struct {
-			FileName   string
-			LineNumber int
-		}
+	NumAttempts             int
+	Failure                 *specFailure
+	// The failures of the runs before the last, with --flake-attempts.
+	AdditionalFailures []struct{ Failure specFailure }
+}
+
+type specFailure struct {
+	Message  string
+	Location struct {
+		FileName   string
+		LineNumber int
 	}
 }
 
@@ -421,13 +430,13 @@ func summarize(o *options, parts []part, total time.Duration) (string, int) {
 			continue
 		}
 		counts := map[string]int{}
-		var failed, skipped []string
+		var failed, flaky, skipped []string
 		for _, r := range reports {
 			for _, s := range r.SpecReports {
 				if s.LeafNodeType != "It" {
 					// A suite node that failed fails the run: list it, do not count it as a spec.
 					if s.State != "passed" && s.State != "skipped" {
-						failed = append(failed, fmt.Sprintf("  [%s %s] %s", s.LeafNodeType, s.State, failureLine(s)))
+						failed = append(failed, fmt.Sprintf("  [%s %s] %s", s.LeafNodeType, s.State, failureLine(s.Failure)))
 					}
 					continue
 				}
@@ -437,20 +446,28 @@ func summarize(o *options, parts []part, total time.Duration) (string, int) {
 				counts[s.State]++
 				name := strings.TrimSpace(strings.Join(append(slices.Clone(s.ContainerHierarchyTexts), s.LeafNodeText), " "))
 				switch s.State {
-				case "passed", "pending":
+				case "passed":
+					if s.NumAttempts > 1 && len(s.AdditionalFailures) > 0 {
+						flaky = append(flaky, fmt.Sprintf("  [flaky: passed on run %d of %d] %s\n      first run: %s", s.NumAttempts, o.flakeAttempts, name, failureLine(&s.AdditionalFailures[0].Failure)))
+					}
+				case "pending":
 				case "skipped": // by the spec itself, at run time: it says why
-					skipped = append(skipped, fmt.Sprintf("  [skipped] %s\n      %s", name, failureLine(s)))
+					skipped = append(skipped, fmt.Sprintf("  [skipped] %s\n      %s", name, failureLine(s.Failure)))
 				default:
-					failed = append(failed, fmt.Sprintf("  [%s after %s] %s\n      %s", s.State, s.RunTime.Round(time.Second), name, failureLine(s)))
+					failed = append(failed, fmt.Sprintf("  [%s after %s] %s\n      %s", s.State, s.RunTime.Round(time.Second), name, failureLine(s.Failure)))
 				}
 			}
 		}
 		ran := counts["passed"] + len(failed)
 		fmt.Fprintf(&b, "\n%s part (%s): %d of %d passed, %d failed, %d skipped by the spec itself; ginkgo exit %d\n",
 			p.name, p.duration.Round(time.Second), counts["passed"], ran, len(failed), len(skipped), p.exitCode)
+		if len(flaky) > 0 {
+			fmt.Fprintf(&b, "%d of the passed failed a run first (--flake-attempts %d)\n", len(flaky), o.flakeAttempts)
+		}
 		slices.Sort(failed)
+		slices.Sort(flaky)
 		slices.Sort(skipped)
-		for _, f := range append(failed, skipped...) {
+		for _, f := range slices.Concat(failed, flaky, skipped) {
 			fmt.Fprintln(&b, f)
 		}
 		failedTotal += len(failed)
@@ -460,15 +477,15 @@ func summarize(o *options, parts []part, total time.Duration) (string, int) {
 }
 
 // failureLine is the first line of a spec's failure message and where it failed.
-func failureLine(s specReport) string {
-	if s.Failure == nil {
+func failureLine(f *specFailure) string {
+	if f == nil {
 		return ""
 	}
-	msg, _, _ := strings.Cut(strings.TrimSpace(s.Failure.Message), "\n")
+	msg, _, _ := strings.Cut(strings.TrimSpace(f.Message), "\n")
 	if len(msg) > 300 {
 		msg = msg[:300] + "..."
 	}
-	return fmt.Sprintf("%s (%s:%d)", msg, filepath.Base(s.Failure.Location.FileName), s.Failure.Location.LineNumber)
+	return fmt.Sprintf("%s (%s:%d)", msg, filepath.Base(f.Location.FileName), f.Location.LineNumber)
 }
 
 // cleanup deletes the tenant, which returns its lent node; a node a privileged tenant had comes

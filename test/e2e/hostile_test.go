@@ -4,8 +4,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -287,6 +290,130 @@ func TestHostileTenant(t *testing.T) {
 		// The attacker's own kubelet API (logs) still works through the address.
 		if logs, ok := runTenantPod(t, ctx, evil, "after-address-edit", sharedNode, "echo still here"); !ok || !strings.Contains(logs, "still here") {
 			t.Errorf("a pod's logs through the shared node's address after the edit: %q (ok %v)", logs, ok)
+		}
+	})
+
+	t.Run("the victim's shared-node kubelet API, directly and through the attacker's apiserver", func(t *testing.T) {
+		// Where the victim's kubelet API is: its node's address (a host Service address, which
+		// every host pod reaches, the attacker's among them) and, behind it, the operator's port
+		// (an attacker may scan the operator pod's ports).
+		node, err := good.CoreV1().Nodes().Get(ctx, sharedNode, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nodeIP string
+		for _, a := range node.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				nodeIP = a.Address
+			}
+		}
+		slice := &discoveryv1.EndpointSlice{}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: nsV, Name: sharednode.AddressSliceKubelet}, slice); err != nil {
+			t.Fatal(err)
+		}
+		if nodeIP == "" || len(slice.Endpoints) == 0 || len(slice.Ports) == 0 {
+			t.Fatalf("the victim's shared node has no address (%v) or its host EndpointSlice no endpoint (%v)", node.Status.Addresses, slice.Endpoints)
+		}
+		direct := "https://" + net.JoinHostPort(slice.Endpoints[0].Addresses[0], fmt.Sprint(*slice.Ports[0].Port))
+		paths := []string{"/pods", "/runningpods/", "/metrics",
+			fmt.Sprintf("/containerLogs/default/%s/%s", victimPod.Name, victimPod.Spec.Containers[0].Name)}
+		leaks := func(body string) bool {
+			return strings.Contains(body, victimPod.Name) || strings.Contains(body, "kubelet_running_pods")
+		}
+
+		// Directly, from the host's pod network: with no credential, with the attacker's admin
+		// certificate (of the attacker's CA), and with a token of the attacker's ServiceAccount.
+		attackerCfg, err := clientcmd.BuildConfigFromFlags("", attackerKC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		adminCert, err := tls.X509KeyPair(attackerCfg.CertData, attackerCfg.KeyData)
+		if err != nil {
+			t.Fatalf("the attacker's kubeconfig has no client certificate: %v", err)
+		}
+		tr, err := evil.CoreV1().ServiceAccounts("default").CreateToken(ctx, "default", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, attempt := range []struct {
+			who   string
+			cert  *tls.Certificate
+			token string
+		}{{who: "no credential"}, {who: "the attacker's admin certificate", cert: &adminCert}, {who: "the attacker's ServiceAccount token", token: tr.Status.Token}} {
+			tlsConfig := &tls.Config{InsecureSkipVerify: true}
+			if attempt.cert != nil {
+				// Sent whatever CAs the server asks for (Go's client would send none).
+				tlsConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return attempt.cert, nil }
+			}
+			hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+			for _, path := range paths {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, direct+path, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if attempt.token != "" {
+					req.Header.Set("Authorization", "Bearer "+attempt.token)
+				}
+				resp, err := hc.Do(req)
+				if err != nil {
+					t.Logf("%s%s with %s: refused: %v", direct, path, attempt.who, err)
+					continue
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode < 400 || leaks(string(body)) {
+					t.Errorf("%s%s with %s: %d %.300q", direct, path, attempt.who, resp.StatusCode, body)
+				} else {
+					t.Logf("%s%s with %s: refused, %d", direct, path, attempt.who, resp.StatusCode)
+				}
+			}
+		}
+
+		// Through the attacker's own apiserver as a deputy: a Node of the attacker's cluster at
+		// the victim's node address, read through the node proxy, which dials it with the
+		// attacker apiserver's kubelet-client certificate.
+		deputy := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "deputy"}, Spec: corev1.NodeSpec{
+			Taints: []corev1.Taint{{Key: "e2e.kubenest.io/deputy", Effect: corev1.TaintEffectNoExecute}}}}
+		deputy, err = evil.CoreV1().Nodes().Create(ctx, deputy, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = evil.CoreV1().Nodes().Delete(context.Background(), deputy.Name, metav1.DeleteOptions{}) }()
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error { // the node controllers write it too
+			deputy, err := evil.CoreV1().Nodes().Get(ctx, deputy.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			deputy.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP}}
+			deputy.Status.DaemonEndpoints.KubeletEndpoint.Port = node.Status.DaemonEndpoints.KubeletEndpoint.Port
+			_, err = evil.CoreV1().Nodes().UpdateStatus(ctx, deputy, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range paths {
+			body, err := evil.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/deputy/proxy" + path).DoRaw(ctx)
+			if err == nil || leaks(string(body)) {
+				t.Errorf("the attacker's node proxy to the victim's kubelet API, %s: %v %.300q", path, err, body)
+			} else {
+				t.Logf("the attacker's node proxy to the victim's kubelet API, %s: refused: %v %.200s", path, err, body)
+			}
+		}
+
+		// Each tenant still reads its own node's kubelet API through its apiserver, and only its own.
+		ownPods := func(c *kubernetes.Clientset) string {
+			body, err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/" + sharedNode + "/proxy/pods").DoRaw(ctx)
+			if err != nil {
+				t.Errorf("a tenant's own node proxy /pods: %v", err)
+			}
+			return string(body)
+		}
+		if body := ownPods(good); !strings.Contains(body, victimPod.Name) {
+			t.Errorf("the victim's own node proxy /pods does not list its pod %s: %.300q", victimPod.Name, body)
+		}
+		if body := ownPods(evil); strings.Contains(body, victimPod.Name) {
+			t.Errorf("the attacker's own node proxy /pods lists the victim's pod %s", victimPod.Name)
 		}
 	})
 

@@ -388,7 +388,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	if len(readyIPs) > 0 {
 		version, tenant, err := r.checkTenant(ctx, vc, pki)
 		if err == nil {
-			err = r.checkEndpoint(ctx, exposure)
+			err = r.checkEndpoint(ctx, exposure, pki.authorities.CABundle())
 		}
 		probeErr = err
 		if err != nil {

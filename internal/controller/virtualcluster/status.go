@@ -94,13 +94,12 @@ func (c conditions) etcd(sts *appsv1.StatefulSet, problem string) {
 // Deployment's pods are Ready.
 func (c conditions) apiServer(d *appsv1.Deployment, ready int, probeErr error, problem string) {
 	pods := fmt.Sprintf("%d/%d control-plane pods ready", ready, ptr.Deref(d.Spec.Replicas, 1))
-	var refused *endpointRefusedError
+	var notServing *endpointNotServingError
 	switch {
 	case ready == 0:
 		c.Set(v1alpha1.ConditionAPIServerReady, false, ReasonWaitingForPods, withProblem(pods, problem))
-	case errors.As(probeErr, &refused):
-		c.Set(v1alpha1.ConditionAPIServerReady, false, ReasonNotReachable, "/readyz answered ok through the tenant's Service, but its endpoint "+
-			refused.endpoint+" still refuses connections: the host has not routed it on that node yet")
+	case errors.As(probeErr, &notServing):
+		c.Set(v1alpha1.ConditionAPIServerReady, false, ReasonNotReachable, "/readyz answered ok through the tenant's Service, but "+notServing.Error())
 	case probeErr != nil:
 		c.Set(v1alpha1.ConditionAPIServerReady, false, ReasonNotReachable,
 			"control-plane pods are ready but the operator could not reach the tenant's /readyz through its Service yet")

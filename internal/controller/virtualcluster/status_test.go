@@ -350,8 +350,8 @@ func TestConditionsAPIServer(t *testing.T) {
 			metav1.ConditionFalse, ReasonNotReachable, "control-plane pods are ready but the operator could not reach the tenant's /readyz through its Service yet",
 		},
 		{
-			"pods ready, endpoint refused", deploy(ptr.To[int32](1), 1), &endpointRefusedError{endpoint: "https://10.0.0.1:30443"}, "",
-			metav1.ConditionFalse, ReasonNotReachable, "/readyz answered ok through the tenant's Service, but its endpoint https://10.0.0.1:30443 still refuses connections: the host has not routed it on that node yet",
+			"pods ready, endpoint not serving", deploy(ptr.To[int32](1), 1), &endpointNotServingError{endpoint: "https://10.0.0.1:30443", why: "still refuses connections"}, "",
+			metav1.ConditionFalse, ReasonNotReachable, "/readyz answered ok through the tenant's Service, but the tenant's endpoint https://10.0.0.1:30443 still refuses connections",
 		},
 		{"probe ok", deploy(ptr.To[int32](2), 1), nil, "", metav1.ConditionTrue, ReasonReady, "/readyz answered ok; 1/2 control-plane pods ready"},
 	}

@@ -2,6 +2,8 @@ package virtualcluster
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -51,26 +53,36 @@ func (r *Reconciler) checkTenant(ctx context.Context, vc *v1alpha1.VirtualCluste
 	return info.GitVersion, client, nil
 }
 
-// endpointRefusedError says that the tenant answers through its Service, but the endpoint its
-// kubeconfig names refuses connections.
-type endpointRefusedError struct{ endpoint string }
-
-func (e *endpointRefusedError) Error() string {
-	return fmt.Sprintf("the tenant's endpoint %s refuses connections", e.endpoint)
+// endpointNotServingError says that the tenant answers through its Service, but the endpoint
+// its kubeconfig names does not serve it yet: it refuses connections, or serves a certificate
+// that the tenant's CA did not issue for that address.
+type endpointNotServingError struct {
+	endpoint string
+	why      string // "still refuses connections", "serves ..."
 }
 
-// endpointDialTimeout bounds the operator's connection attempt to a tenant's published endpoint.
-const endpointDialTimeout = time.Second
+func (e *endpointNotServingError) Error() string {
+	return fmt.Sprintf("the tenant's endpoint %s %s", e.endpoint, e.why)
+}
+
+// endpointCheckTimeout bounds the operator's connection and TLS handshake with a tenant's
+// published endpoint.
+const endpointCheckTimeout = 2 * time.Second
 
 // checkEndpoint makes sure that the endpoint a tenant's kubeconfig names (a node port or a load
-// balancer's address; a ClusterIP endpoint is the Service checkTenant reached) does not refuse
-// connections. Every host node's kube-proxy routes a new Service on its own, up to a second
-// apart (its minimum sync period) and more on a busy host, so the tenant can answer through its
-// Service on the operator's node while the node its kubeconfig names still refuses: Ready, and
-// the user's first kubectl call fails. Refused is the one answer that says "not yet"; an address
-// the operator cannot reach from inside the host at all (a firewall, an outside name) says
-// nothing about the tenant and is not held against it.
-func (r *Reconciler) checkEndpoint(ctx context.Context, exp controlplane.Exposure) error {
+// balancer's address; a ClusterIP endpoint is the Service checkTenant reached) serves the
+// tenant: a TLS handshake there verifies against the tenant's CA bundle, caPEM, for the
+// endpoint's host, as the kubeconfig's client will. Every host node's kube-proxy routes a new
+// Service on its own, up to a second apart (its minimum sync period) and more on a busy host,
+// so the tenant can answer through its Service on the operator's node while the node its
+// kubeconfig names still refuses. And an address that becomes known only once the apiserver
+// runs (a load balancer that publishes its address when a node answers behind it) is in the
+// certificate only after the reissue has rolled the control-plane pods; until then the pods
+// serve a certificate without it. Either way: Ready, and the user's first kubectl call fails.
+// Refused and a certificate that does not verify are the answers that say "not yet"; an
+// address the operator cannot reach from inside the host at all (a firewall, an outside name)
+// says nothing about the tenant and is not held against it.
+func (r *Reconciler) checkEndpoint(ctx context.Context, exp controlplane.Exposure, caPEM []byte) error {
 	if exp.Address == "" {
 		return nil
 	}
@@ -82,16 +94,32 @@ func (r *Reconciler) checkEndpoint(ctx context.Context, exp controlplane.Exposur
 	if r.Tenants != nil && r.Tenants.Dial != nil {
 		dial = r.Tenants.Dial
 	}
-	ctx, cancel := context.WithTimeout(ctx, endpointDialTimeout)
+	ctx, cancel := context.WithTimeout(ctx, endpointCheckTimeout)
 	defer cancel()
+	log := ctrl.LoggerFrom(ctx).V(1)
 	conn, err := dial(ctx, "tcp", u.Host)
-	if err == nil {
-		return conn.Close()
-	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return &endpointRefusedError{endpoint: exp.Endpoint}
+		return &endpointNotServingError{endpoint: exp.Endpoint, why: "still refuses connections: the host has not routed it on that node yet"}
 	}
-	ctrl.LoggerFrom(ctx).V(1).Info("cannot check the tenant's endpoint from the operator; not waiting for it", "endpoint", exp.Endpoint, "err", err)
+	if err != nil {
+		log.Info("cannot check the tenant's endpoint from the operator; not waiting for it", "endpoint", exp.Endpoint, "err", err)
+		return nil
+	}
+	defer conn.Close()
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return errors.New("the tenant's CA bundle holds no certificate")
+	}
+	tlsConn := tls.Client(conn, &tls.Config{ServerName: u.Hostname(), RootCAs: roots, MinVersion: tls.VersionTLS12})
+	err = tlsConn.HandshakeContext(ctx)
+	var invalid *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &invalid):
+		return &endpointNotServingError{endpoint: exp.Endpoint, why: "serves a certificate not valid for it yet (" +
+			invalid.Err.Error() + "): the control-plane pods have not all taken the certificate reissued for it"}
+	case err != nil:
+		log.Info("no TLS handshake with the tenant's endpoint; not waiting for it", "endpoint", exp.Endpoint, "err", err)
+	}
 	return nil
 }
 

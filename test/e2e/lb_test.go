@@ -52,8 +52,8 @@ func TestLoadBalancerExposure(t *testing.T) {
 	if err != nil || addr.Compare(lbPoolFirst) < 0 || addr.Compare(lbPoolLast) > 0 {
 		t.Fatalf("load-balancer address %q is not one of the pool %s-%s", ingress.IP, lbPoolFirst, lbPoolLast)
 	}
-	if ingress.IPMode == nil || *ingress.IPMode != corev1.LoadBalancerIPModeVIP {
-		t.Errorf("load-balancer ipMode %v, want VIP", ingress.IPMode)
+	if ingress.IPMode == nil || *ingress.IPMode != corev1.LoadBalancerIPModeProxy {
+		t.Errorf("load-balancer ipMode %v, want Proxy", ingress.IPMode)
 	}
 	if want := "https://" + addr.String() + ":6443"; got.Status.Endpoint != want {
 		t.Fatalf("status.endpoint %q, want %q", got.Status.Endpoint, want)
@@ -79,7 +79,7 @@ func TestLoadBalancerExposure(t *testing.T) {
 
 	t.Run("deleting the tenant frees the address", func(t *testing.T) {
 		deleteAndCheckGone(t, ctx, vc)
-		// Free: no Service holds it, and this machine no longer routes it to a node.
+		// Free: no Service holds it, and the load balancer no longer has it on the bridge.
 		var holders []string
 		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 			svcs, err := hostCS.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
@@ -94,18 +94,18 @@ func TestLoadBalancerExposure(t *testing.T) {
 					}
 				}
 			}
-			route, err := exec.Command("ip", "route", "show", addr.String()+"/32").Output()
+			onBridge, err := exec.Command("ip", "-o", "addr", "show", "to", addr.String()+"/32").Output()
 			if err != nil {
 				return false, err
 			}
-			if r := strings.TrimSpace(string(route)); r != "" {
-				holders = append(holders, "route "+r)
+			if a := strings.TrimSpace(string(onBridge)); a != "" {
+				holders = append(holders, "address "+a)
 			}
 			return len(holders) == 0, nil
 		})
 		if err != nil {
 			t.Fatalf("%s not freed: %v (still held: %s)", addr, err, strings.Join(holders, ", "))
 		}
-		t.Logf("%s freed: no Service holds it and it is not routed", addr)
+		t.Logf("%s freed: no Service holds it and it is on no interface", addr)
 	})
 }

@@ -25,9 +25,9 @@ func down(c config) error {
 	}
 	isNode := func(name string) bool { return strings.HasPrefix(name, nodePrefix) }
 	var errs []error
-	// The load balancer first, so that it moves no route while the nodes go, then its routes.
+	// The load balancer first, so that it relays nothing while the nodes go (its addresses go
+	// with the bridge).
 	errs = append(errs, c.stopRecorded(func(name string) bool { return name == lbProcess }))
-	errs = append(errs, removeLBRoutes(nodes))
 	// Node agents (and the kubelets they run) next, so nothing restarts the pods removed next.
 	errs = append(errs, c.stopRecorded(func(name string) bool { return isNode(name) && strings.HasSuffix(name, "-node-agent") }))
 	for _, n := range nodes {

@@ -22,12 +22,10 @@ const (
 	lendableLabel = "kubenest.io/lendable"
 
 	// The load balancer ("local lb") gives each Service of type LoadBalancer one address of
-	// this pool on the bridge, routed through a node whose kube-proxy serves it. Its routes
-	// carry protocol lbRouteProto, which marks them as its own.
-	lbPoolFirst  = "172.30.0.200"
-	lbPoolLast   = "172.30.0.249"
-	lbRouteProto = "222"
-	lbProcess    = "loadbalancer" // its name among the recorded processes and logs
+	// this pool on the bridge, where it relays connections to the Service's node port.
+	lbPoolFirst = "172.30.0.200"
+	lbPoolLast  = "172.30.0.249"
+	lbProcess   = "loadbalancer" // its name among the recorded processes and logs
 
 	// The S3-compatible server ("local s3") listens on the bridge, at http://172.30.0.1:9000.
 	s3Port    = "9000"

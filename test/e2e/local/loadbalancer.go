@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -28,15 +30,16 @@ import (
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 )
 
-// The local cluster's load balancer, "local lb": what a cloud's is for Services of type
-// LoadBalancer (without a loadBalancerClass). Each gets one address of the pool
-// lbPoolFirst..lbPoolLast, written to its status.loadBalancer.ingress with ipMode VIP, and
-// the address is routed, on this machine and in every node's network namespace, to a Ready
-// node whose host kube-proxy runs: that kube-proxy's iptables rules DNAT the load-balancer IP
-// to the Service's endpoints (and masquerade, so replies come back through the node). An
-// address is freed when its Service goes or stops being a LoadBalancer. Assignments live in
-// the Services' status, so a restarted lb adopts them; its routes stay when it stops, and
-// "down" removes them.
+// The local cluster's load balancer, "local lb": what a cloud's proxying load balancer is for
+// Services of type LoadBalancer (without a loadBalancerClass). Each gets one address of the
+// pool lbPoolFirst..lbPoolLast on the bridge, where the load balancer listens on the Service's
+// TCP ports and relays each connection to the Service's node port on a Ready node whose host
+// kube-proxy runs (the next one when a node does not answer). The address is written to
+// status.loadBalancer.ingress, with ipMode Proxy, once a node answers behind it, so that whoever
+// reads it finds it working; kube-proxy leaves a Proxy address alone, so a pod, a node and this
+// machine all reach it through the load balancer. An address is freed when its Service goes or
+// stops being a LoadBalancer. Assignments live in the Services' status, so a restarted lb adopts
+// them; the addresses go with the bridge at "down".
 
 // selfCopy copies this program into the run directory, for the processes "up" leaves running:
 // "go run" removes its own build when it exits.
@@ -68,6 +71,7 @@ type loadBalancer struct {
 	nodes    corelisters.NodeLister
 	proxies  corelisters.PodLister // the host's kube-proxy pods
 	assigned map[string]netip.Addr // namespace/name of a Service → its address
+	fronts   map[string]*front     // namespace/name of a Service → its listeners
 	pool     []netip.Addr          // lbPoolFirst..lbPoolLast
 }
 
@@ -97,6 +101,7 @@ func runLoadBalancer(ctx context.Context, c config) error {
 		nodes:    all.Core().V1().Nodes().Lister(),
 		proxies:  proxies.Core().V1().Pods().Lister(),
 		assigned: map[string]netip.Addr{},
+		fronts:   map[string]*front{},
 	}
 	for a := netip.MustParseAddr(lbPoolFirst); a.Compare(netip.MustParseAddr(lbPoolLast)) <= 0; a = a.Next() {
 		lb.pool = append(lb.pool, a)
@@ -125,8 +130,8 @@ func runLoadBalancer(ctx context.Context, c config) error {
 		case <-wake:
 		}
 		if err := lb.sync(ctx); err != nil {
-			lbLogf("sync failed, retrying in 2s: %v", err)
-			time.AfterFunc(2*time.Second, poke)
+			lbLogf("not done, again in 1s: %v", err)
+			time.AfterFunc(time.Second, poke)
 		}
 	}
 }
@@ -186,20 +191,25 @@ func (lb *loadBalancer) sync(ctx context.Context) error {
 			}
 		}
 	}
-	var errs []error
+	errs := []error{lb.syncFronts(wanted)}
 	for _, s := range svcs {
 		errs = append(errs, lb.writeStatus(ctx, s))
 	}
-	errs = append(errs, lb.route())
 	return errors.Join(errs...)
 }
 
-// writeStatus publishes the Service's address, or clears one of the pool from a Service that
-// is no longer a LoadBalancer.
+// writeStatus publishes the Service's address once a node answers behind it (a client that
+// reads the address finds it working), or clears one of the pool from a Service that is no
+// longer a LoadBalancer.
 func (lb *loadBalancer) writeStatus(ctx context.Context, s *corev1.Service) error {
 	var want []corev1.LoadBalancerIngress
 	if addr, ok := lb.assigned[key(s)]; ok {
-		want = []corev1.LoadBalancerIngress{{IP: addr.String(), IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)}}
+		if published, _ := lb.inPool(s); published != addr {
+			if err := lb.answers(key(s)); err != nil {
+				return fmt.Errorf("not publishing %s for Service %s yet: %w", addr, key(s), err)
+			}
+		}
+		want = []corev1.LoadBalancerIngress{{IP: addr.String(), IPMode: ptr.To(corev1.LoadBalancerIPModeProxy)}}
 	} else if _, inPool := lb.inPool(s); !inPool || s.Spec.Type == corev1.ServiceTypeLoadBalancer {
 		return nil // not ours to clear, or waiting for an address
 	}
@@ -217,121 +227,192 @@ func (lb *loadBalancer) writeStatus(ctx context.Context, s *corev1.Service) erro
 	return nil
 }
 
-// route routes every assigned address to a node that serves it: on this machine, where the
-// e2e tests run, and in each node's network namespace, so that a node whose kube-proxy is not
-// the host's (a node lent to a tenant) reaches it too. An address keeps its node while that
-// node qualifies; otherwise the addresses are spread over the nodes that do.
-func (lb *loadBalancer) route() error {
-	targets := lb.servingNodes()
-	current, err := lbRoutes("")
-	if err != nil {
-		return err
+// A front is the load balancer's side of one Service: its address on the bridge and a
+// listener per TCP port, each relaying every connection to the Service's node port on a node
+// that serves it, as a cloud's proxying load balancer does. The status says ipMode Proxy, so
+// kube-proxy leaves the address alone: a connection to it from a pod, a node or this machine
+// goes through the load balancer, the same path for every client.
+type front struct {
+	addr      netip.Addr
+	nodePorts map[int32]int32 // the Service's TCP port → its node port
+	listeners []net.Listener
+}
+
+func (f *front) close() {
+	for _, l := range f.listeners {
+		_ = l.Close()
 	}
-	want := map[netip.Addr]string{} // address → the node address it is routed through
-	for _, addr := range lb.assigned {
-		gw := current[addr]
-		if !slices.ContainsFunc(targets, func(n corev1.Node) bool { return nodeIP(n) == gw }) {
-			gw = ""
-			if len(targets) > 0 {
-				n := targets[lb.offset(addr)%len(targets)]
-				gw = nodeIP(n)
-				lbLogf("routing %s via %s (%s)", addr, gw, n.Name)
-			} else {
-				lbLogf("no Ready node runs the host's kube-proxy: %s is not routed", addr)
-				continue
-			}
+}
+
+// tcpNodePorts is the Service's TCP port → node port; the relay needs a node port, and speaks
+// TCP only.
+func tcpNodePorts(s *corev1.Service) map[int32]int32 {
+	out := map[int32]int32{}
+	for _, p := range s.Spec.Ports {
+		if (p.Protocol == corev1.ProtocolTCP || p.Protocol == "") && p.NodePort != 0 {
+			out[p.Port] = p.NodePort
 		}
-		want[addr] = gw
 	}
+	return out
+}
+
+// syncFronts puts every assigned address on the bridge with its listeners, and takes down the
+// fronts and addresses of Services that no longer have one.
+func (lb *loadBalancer) syncFronts(svcs map[string]*corev1.Service) error {
 	var errs []error
-	errs = append(errs, syncRoutes("", current, want, ""))
-	nodes, err := lb.c.existingNodes()
-	if err != nil {
-		return err
-	}
-	for _, n := range nodes {
-		if !netnsExists(n.name) {
+	for k, f := range lb.fronts {
+		s, ok := svcs[k]
+		if addr, assigned := lb.assigned[k]; ok && assigned && addr == f.addr && maps.Equal(f.nodePorts, tcpNodePorts(s)) {
 			continue
 		}
-		have, err := lbRoutes(n.name)
+		f.close()
+		delete(lb.fronts, k)
+	}
+	for k, addr := range lb.assigned {
+		if _, ok := lb.fronts[k]; ok {
+			continue
+		}
+		f, err := lb.listen(svcs[k], addr)
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("Service %s at %s: %w", k, addr, err))
 			continue
 		}
-		// A node's own addresses need no route: its kube-proxy catches them.
-		errs = append(errs, syncRoutes(n.name, have, want, n.ip))
+		lb.fronts[k] = f
+	}
+	// Addresses of the pool on the bridge that no front holds (a freed one, a previous run's).
+	have, err := bridgePoolAddrs()
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	held := map[netip.Addr]bool{}
+	for _, f := range lb.fronts {
+		held[f.addr] = true
+	}
+	for _, a := range have {
+		if !held[a] {
+			errs = append(errs, run("ip", "addr", "del", a.String()+"/32", "dev", bridgeName))
+			lbLogf("removed %s from %s", a, bridgeName)
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// syncRoutes makes the load-balancer routes of a network namespace ("" is this machine's)
-// want, leaving out those through self.
-func syncRoutes(netns string, have, want map[netip.Addr]string, self string) error {
-	ip := func(args ...string) error {
-		if netns != "" {
-			args = append([]string{"-n", netns}, args...)
+// listen puts addr on the bridge and listens on each TCP port of s there.
+func (lb *loadBalancer) listen(s *corev1.Service, addr netip.Addr) (*front, error) {
+	if err := run("ip", "addr", "replace", addr.String()+"/32", "dev", bridgeName); err != nil {
+		return nil, err
+	}
+	f := &front{addr: addr, nodePorts: tcpNodePorts(s)}
+	for _, p := range s.Spec.Ports {
+		if _, ok := f.nodePorts[p.Port]; !ok {
+			lbLogf("Service %s port %d (%s): not relayed; this load balancer relays TCP ports with a node port", key(s), p.Port, p.Protocol)
 		}
-		return run("ip", args...)
+	}
+	for port, nodePort := range f.nodePorts {
+		l, err := net.Listen("tcp", net.JoinHostPort(addr.String(), fmt.Sprint(port)))
+		if err != nil {
+			f.close()
+			return nil, err
+		}
+		f.listeners = append(f.listeners, l)
+		go lb.serve(l, addr, nodePort)
+		lbLogf("listening on %s:%d for Service %s (node port %d)", addr, port, key(s), nodePort)
+	}
+	return f, nil
+}
+
+// serve relays each connection l accepts until l is closed.
+func (lb *loadBalancer) serve(l net.Listener, addr netip.Addr, nodePort int32) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			backend, err := lb.dialNodePort(addr, nodePort)
+			if err != nil {
+				lbLogf("%s: dropped a connection from %s: %v", c.LocalAddr(), c.RemoteAddr(), err)
+				return
+			}
+			defer backend.Close()
+			relay(c.(*net.TCPConn), backend.(*net.TCPConn))
+		}()
+	}
+}
+
+// dialNodePort connects to nodePort on the first serving node that answers, starting from the
+// address's own place among them (so that addresses spread over the nodes).
+func (lb *loadBalancer) dialNodePort(addr netip.Addr, nodePort int32) (net.Conn, error) {
+	nodes := lb.servingNodes()
+	if len(nodes) == 0 {
+		return nil, errors.New("no Ready node runs the host's kube-proxy")
 	}
 	var errs []error
-	for addr := range have {
-		if gw, ok := want[addr]; !ok || gw == self {
-			errs = append(errs, ip("route", "del", addr.String()+"/32", "proto", lbRouteProto))
-			if netns == "" {
-				lbLogf("removed the route of %s", addr)
-			}
+	for i := range nodes {
+		n := nodes[(lb.offset(addr)+i)%len(nodes)]
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(nodeIP(n), fmt.Sprint(nodePort)), 2*time.Second)
+		if err == nil {
+			return c, nil
 		}
+		errs = append(errs, fmt.Errorf("%s: %w", n.Name, err))
 	}
-	for addr, gw := range want {
-		if gw == self || have[addr] == gw {
-			continue
-		}
-		errs = append(errs, ip("route", "replace", addr.String()+"/32", "via", gw, "proto", lbRouteProto))
-	}
-	return errors.Join(errs...)
+	return nil, errors.Join(errs...)
 }
 
-// lbRoutes reads the load-balancer routes of a network namespace ("" is this machine's):
-// address → gateway.
-func lbRoutes(netns string) (map[netip.Addr]string, error) {
-	args := []string{"-j", "route", "show", "proto", lbRouteProto}
-	if netns != "" {
-		args = append([]string{"-n", netns}, args...)
+// answers is the load balancer's health check of a Service: a serving node accepts a
+// connection on each of its relayed node ports. Its address is published only then.
+func (lb *loadBalancer) answers(k string) error {
+	f, ok := lb.fronts[k]
+	if !ok {
+		return errors.New("not listening yet")
 	}
-	out, err := exec.Command("ip", args...).Output()
+	for _, nodePort := range f.nodePorts {
+		c, err := lb.dialNodePort(f.addr, nodePort)
+		if err != nil {
+			return fmt.Errorf("node port %d: %w", nodePort, err)
+		}
+		_ = c.Close()
+	}
+	return nil
+}
+
+// relay copies both ways between a client's connection and a node's until both sides are done,
+// passing on a half close.
+func relay(client, backend *net.TCPConn) {
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(backend, client)
+		_ = backend.CloseWrite()
+		close(done)
+	}()
+	_, _ = io.Copy(client, backend)
+	_ = client.CloseWrite()
+	<-done
+}
+
+// bridgePoolAddrs are the addresses of the pool on the bridge.
+func bridgePoolAddrs() ([]netip.Addr, error) {
+	out, err := exec.Command("ip", "-j", "addr", "show", "dev", bridgeName).Output()
 	if err != nil {
-		return nil, fmt.Errorf("ip %s: %w", strings.Join(args, " "), err)
+		return nil, fmt.Errorf("ip addr show dev %s: %w", bridgeName, err)
 	}
-	var routes []struct{ Dst, Gateway string }
-	if err := json.Unmarshal(out, &routes); err != nil {
-		return nil, fmt.Errorf("ip %s: %w", strings.Join(args, " "), err)
+	var links []struct {
+		AddrInfo []struct{ Local string } `json:"addr_info"`
+	}
+	if err := json.Unmarshal(out, &links); err != nil {
+		return nil, fmt.Errorf("ip addr show dev %s: %w", bridgeName, err)
 	}
 	first, last := netip.MustParseAddr(lbPoolFirst), netip.MustParseAddr(lbPoolLast)
-	got := map[netip.Addr]string{}
-	for _, r := range routes {
-		if a, err := netip.ParseAddr(r.Dst); err == nil && a.Compare(first) >= 0 && a.Compare(last) <= 0 {
-			got[a] = r.Gateway
+	var got []netip.Addr
+	for _, l := range links {
+		for _, a := range l.AddrInfo {
+			if ip, err := netip.ParseAddr(a.Local); err == nil && ip.Compare(first) >= 0 && ip.Compare(last) <= 0 {
+				got = append(got, ip)
+			}
 		}
 	}
 	return got, nil
-}
-
-// removeLBRoutes removes the load balancer's routes from this machine and the nodes, for
-// "down".
-func removeLBRoutes(nodes []node) error {
-	var errs []error
-	for _, ns := range append([]string{""}, names(nodes)...) {
-		if ns != "" && !netnsExists(ns) {
-			continue
-		}
-		have, err := lbRoutes(ns)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		errs = append(errs, syncRoutes(ns, have, nil, ""))
-	}
-	return errors.Join(errs...)
 }
 
 // servingNodes are the Ready nodes a Ready host kube-proxy runs on, by name.

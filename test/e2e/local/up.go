@@ -183,7 +183,8 @@ func (c config) startAPIServer(ctx context.Context) error {
 		authn = append(authn, "--authentication-config="+pki("oidc-authn.yaml"))
 	}
 	if err := c.startProcess("kube-apiserver", "", c.kubeBinary("kube-apiserver"), append(authn,
-		"--advertise-address="+bridgeIP, "--bind-address=0.0.0.0", fmt.Sprintf("--secure-port=%d", apiPort),
+		// On the bridge only: the load balancer listens on other addresses of it, port 6443 too.
+		"--advertise-address="+bridgeIP, "--bind-address="+bridgeIP, fmt.Sprintf("--secure-port=%d", apiPort),
 		"--etcd-servers=http://127.0.0.1:2379",
 		"--service-cluster-ip-range="+serviceCIDR,
 		"--client-ca-file="+pki("ca.crt"),

@@ -122,17 +122,24 @@ func runLoadBalancer(ctx context.Context, c config) error {
 	all.WaitForCacheSync(ctx.Done())
 	proxies.WaitForCacheSync(ctx.Done())
 	lbLogf("serving Services of type LoadBalancer from %s-%s", lbPoolFirst, lbPoolLast)
+	said := ""
 	for {
 		select {
 		case <-ctx.Done():
-			lbLogf("stopping; routes stay until 'down'")
+			lbLogf("stopping; its addresses stay on the bridge, unanswered, until it runs again or 'down'")
 			return nil
 		case <-wake:
 		}
+		msg := ""
 		if err := lb.sync(ctx); err != nil {
-			lbLogf("not done, again in 1s: %v", err)
+			msg = err.Error()
 			time.AfterFunc(time.Second, poke)
 		}
+		// Said once, not every second while the same thing is awaited.
+		if msg != "" && msg != said {
+			lbLogf("not done, again every second until it is: %s", msg)
+		}
+		said = msg
 	}
 }
 

@@ -59,6 +59,8 @@ KUBECTL := $(KUBE_BIN)/kubectl --kubeconfig _output/host.kubeconfig
 HELM_VERSION := v4.3.1
 HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
 NODES ?= 2
+# Nodes tenants may borrow (kubenest.io/lendable=true), space-separated; empty: the last node.
+LENDABLE ?=
 CERT_MANAGER_CRDS = $(shell go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)/deploy/crds
 # The chart as the local cluster runs it: images imported (never pulled), the node agents run
 # by "local up" instead of the installer DaemonSet, test-only annotations honoured, the e2e's
@@ -196,7 +198,7 @@ up: host-deps build image $(KUBE_BINARIES) $(HELM) $(BIN_DIR)/certmanager ## Bri
 	go run ./test/e2e/local up --kube-bin $(KUBE_BIN) --nest-etcd $(BIN_DIR)/nest-etcd \
 		--node-agent $(CURDIR)/$(BIN_DIR)/node-agent \
 		--cert-manager $(CURDIR)/$(BIN_DIR)/certmanager --cert-manager-crds $(CERT_MANAGER_CRDS) \
-		$(addprefix --image ,$(IMAGE_TARS)) --kube-proxy-image $(IMAGE) --nodes $(NODES) \
+		$(addprefix --image ,$(IMAGE_TARS)) --kube-proxy-image $(IMAGE) --nodes $(NODES) $(addprefix --lendable ,$(LENDABLE)) \
 		--oidc-redirect-uri $(PORTAL_URL)/oidc/callback
 	$(HELM_INSTALL)
 	$(KUBECTL) apply --server-side -f test/e2e/testdata/demo.yaml
@@ -291,6 +293,8 @@ CONFORMANCE_KEEP ?= false
 CONFORMANCE_FLAKE_ATTEMPTS ?= 1
 # Host nodes lent to the tenant; 0 when the host has no free lendable node (host-access specs then fail).
 CONFORMANCE_LENT_NODES ?= 1
+# false: a tenant of lent nodes only (the host needs as many free lendable nodes: make up NODES=3 LENDABLE='kn-worker-2 kn-worker-3').
+CONFORMANCE_SHARED_NODE ?= true
 CONFORMANCE_RUN = go run ./test/conformance --kubeconfig _output/host.kubeconfig --out _output/conformance
 
 .PHONY: conformance
@@ -299,7 +303,7 @@ conformance: conformance-bin conformance-images $(KUBE_BIN)/kubectl ## Kubernete
 	$(CONFORMANCE_RUN) --e2e-test $(CONFORMANCE_BIN)/e2e.test --ginkgo $(CONFORMANCE_BIN)/ginkgo \
 		--kubectl $(KUBE_BIN)/kubectl --focus '$(CONFORMANCE_FOCUS)' --skip '$(CONFORMANCE_SKIP)' \
 		--procs $(CONFORMANCE_PROCS) --serial=$(CONFORMANCE_SERIAL) --keep=$(CONFORMANCE_KEEP) \
-		--lent-nodes $(CONFORMANCE_LENT_NODES) --flake-attempts $(CONFORMANCE_FLAKE_ATTEMPTS)
+		--lent-nodes $(CONFORMANCE_LENT_NODES) --shared-node=$(CONFORMANCE_SHARED_NODE) --flake-attempts $(CONFORMANCE_FLAKE_ATTEMPTS)
 
 .PHONY: conformance-clean
 conformance-clean: ## Delete the tenant a CONFORMANCE_KEEP=true run left and return its lent node.

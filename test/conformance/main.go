@@ -56,7 +56,7 @@ type options struct {
 	e2eTest, ginkgo, kubectl                 string
 	focus, skip                              string
 	procs, lentNodes, flakeAttempts          int
-	serial, keep, cleanupOnly                bool
+	serial, keep, cleanupOnly, sharedNode    bool
 	readyTimeout, suiteTimeout, lendWait     time.Duration
 	extraE2EArgs                             string
 	hostClient                               client.Client
@@ -77,6 +77,7 @@ func main() {
 	flag.IntVar(&o.procs, "procs", 4, "parallel processes of the non-serial part")
 	flag.IntVar(&o.flakeAttempts, "flake-attempts", 1, "runs of a failing spec before it counts as failed (ginkgo --flake-attempts); a spec that passes on a later run is listed as flaky with its first failure. 1 for a conformance figure")
 	flag.IntVar(&o.lentNodes, "lent-nodes", 1, "host nodes lent to the tenant (0: the shared node only, without privileged pods; for a host with no free lendable node)")
+	flag.BoolVar(&o.sharedNode, "shared-node", true, "give the tenant the shared node (false: lent nodes only, --lent-nodes of them)")
 	flag.BoolVar(&o.serial, "serial", true, "run the [Serial] and [Disruptive] specs too, after the others, in one process")
 	flag.BoolVar(&o.keep, "keep", false, "keep the tenant and its namespace at the end (reused by the next run; --cleanup removes them)")
 	flag.BoolVar(&o.cleanupOnly, "cleanup", false, "only delete the tenant and namespace a --keep run left, and return its lent node")
@@ -133,6 +134,9 @@ func run(ctx context.Context, o *options) (int, error) {
 		if _, err := os.Stat(f); err != nil {
 			return 1, fmt.Errorf("%s: %w ('make conformance-bin' builds it)", flagName, err)
 		}
+	}
+	if !o.sharedNode && o.lentNodes < 1 {
+		return 1, errors.New("--shared-node=false needs --lent-nodes 1 or more: a tenant without nodes runs no spec")
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return 1, err
@@ -198,7 +202,7 @@ func conformanceVC(o *options) *v1alpha1.VirtualCluster {
 		ObjectMeta: metav1.ObjectMeta{Name: o.name, Namespace: o.namespace},
 		Spec: v1alpha1.VirtualClusterSpec{
 			ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{Type: v1alpha1.ExposureNodePort}},
-			Nodes:        v1alpha1.NodesSpec{Shared: true},
+			Nodes:        v1alpha1.NodesSpec{Shared: o.sharedNode},
 		},
 	}
 	if o.lentNodes > 0 {
@@ -210,8 +214,11 @@ func conformanceVC(o *options) *v1alpha1.VirtualCluster {
 
 // describe says what the tenant is, for the log and the summary.
 func (o *options) describe() string {
-	if o.lentNodes == 0 {
+	switch {
+	case o.lentNodes == 0:
 		return "shared node only, no lent node"
+	case !o.sharedNode:
+		return fmt.Sprintf("%d lent node(s), no shared node, privileged pods granted on them", o.lentNodes)
 	}
 	return fmt.Sprintf("shared node + %d lent node(s), privileged pods granted on lent nodes", o.lentNodes)
 }
@@ -272,7 +279,7 @@ func createTenant(ctx context.Context, o *options) error {
 			last = state
 		}
 		return meta.IsStatusConditionTrue(vc.Status.Conditions, v1alpha1.ConditionReady) &&
-			meta.IsStatusConditionTrue(vc.Status.Conditions, v1alpha1.ConditionSharedNodeReady) &&
+			(!o.sharedNode || meta.IsStatusConditionTrue(vc.Status.Conditions, v1alpha1.ConditionSharedNodeReady)) &&
 			(o.lentNodes == 0 || meta.IsStatusConditionTrue(vc.Status.Conditions, v1alpha1.ConditionNodesReady)), nil
 	})
 	if err != nil {
@@ -300,7 +307,10 @@ func createTenant(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
-	want := 1 + o.lentNodes
+	want := o.lentNodes
+	if o.sharedNode {
+		want++
+	}
 	var nodes []string
 	err = wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		l, err := tenant.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -318,7 +328,7 @@ func createTenant(ctx context.Context, o *options) error {
 		return len(nodes) >= want, nil
 	})
 	if err != nil {
-		return fmt.Errorf("the tenant has %d schedulable Ready node(s) (%s), want %d: the shared node and %d lent", len(nodes), strings.Join(nodes, ", "), want, o.lentNodes)
+		return fmt.Errorf("the tenant has %d schedulable Ready node(s) (%s), want %d (%s)", len(nodes), strings.Join(nodes, ", "), want, o.describe())
 	}
 	logf("tenant nodes Ready: %s", strings.Join(nodes, ", "))
 	return nil

@@ -28,7 +28,7 @@ func TestSummarize(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "report.json"), []byte(report), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := &options{namespace: "conformance", name: "conformance", focus: `\[Conformance\]`, lentNodes: 1, flakeAttempts: 2}
+	o := &options{namespace: "conformance", name: "conformance", focus: `\[Conformance\]`, lentNodes: 1, sharedNode: true, flakeAttempts: 2}
 	got, failed := summarize(o, []part{{name: "parallel", dir: dir, exitCode: 1, duration: time.Minute},
 		{name: "serial", dir: filepath.Join(dir, "missing")}}, 2*time.Minute)
 	for _, want := range []string{

@@ -116,7 +116,7 @@ func (r *Reconciler) checkEndpoint(ctx context.Context, exp controlplane.Exposur
 	switch {
 	case errors.As(err, &invalid):
 		return &endpointNotServingError{endpoint: exp.Endpoint, why: "serves a certificate not valid for it yet (" +
-			invalid.Err.Error() + "): the control-plane pods have not all taken the certificate reissued for it"}
+			invalid.Err.Error() + "): the control-plane pods have not all taken the certificate reissued for it, or something else answers there"}
 	case err != nil:
 		log.Info("no TLS handshake with the tenant's endpoint; not waiting for it", "endpoint", exp.Endpoint, "err", err)
 	}

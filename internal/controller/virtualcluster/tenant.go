@@ -116,11 +116,29 @@ func (r *Reconciler) checkEndpoint(ctx context.Context, exp controlplane.Exposur
 	switch {
 	case errors.As(err, &invalid):
 		return &endpointNotServingError{endpoint: exp.Endpoint, why: "serves a certificate not valid for it yet (" +
-			invalid.Err.Error() + "): the control-plane pods have not all taken the certificate reissued for it, or something else answers there"}
+			certificateProblem(invalid.Err) + "): the control-plane pods have not all taken the certificate reissued for it, or something else answers there"}
 	case err != nil:
 		log.Info("no TLS handshake with the tenant's endpoint; not waiting for it", "endpoint", exp.Endpoint, "err", err)
 	}
 	return nil
+}
+
+// certificateProblem says why a served certificate did not verify, in words of its own: the
+// verifier's message repeats what the certificate says (its names, its issuer's name), which
+// whoever answers at the endpoint chooses, and the reason goes into the VirtualCluster's status.
+func certificateProblem(err error) string {
+	var host x509.HostnameError
+	var unknown x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	switch {
+	case errors.As(err, &host):
+		return "not issued for " + host.Host
+	case errors.As(err, &unknown):
+		return "not issued by the tenant's CA"
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		return "expired or not yet valid"
+	}
+	return "does not verify against the tenant's CA"
 }
 
 // setupTenant applies what every tenant needs from the start: the binding of the portal's

@@ -30,6 +30,9 @@ func TestCheckEndpoint(t *testing.T) {
 	forAddress := must(ca.Issue(pki.CertSpec{CommonName: "kube-apiserver", IPs: []net.IP{net.ParseIP("127.0.0.1")}, Usage: pki.UsageServer}, now))
 	withoutAddress := must(ca.Issue(pki.CertSpec{CommonName: "kube-apiserver", IPs: []net.IP{net.ParseIP("10.96.0.1")}, Usage: pki.UsageServer}, now))
 	ofAnotherCA := must(other.Issue(pki.CertSpec{CommonName: "kube-apiserver", IPs: []net.IP{net.ParseIP("127.0.0.1")}, Usage: pki.UsageServer}, now))
+	// What a certificate says is chosen by whoever answers at the endpoint: it must not reach the
+	// VirtualCluster's status.
+	chosenText := []string{"10.96.0.1", "another-ca"}
 	serve := func(kp *pki.KeyPair) string {
 		l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{kp.TLSCertificate()}})
 		if err != nil {
@@ -66,13 +69,18 @@ func TestCheckEndpoint(t *testing.T) {
 		hostPort, says string
 	}{
 		"refusing":                         {refusing, "still refuses connections"},
-		"serving a certificate without it": {serve(withoutAddress), "serves a certificate not valid for it yet"},
-		"serving another CA's certificate": {serve(ofAnotherCA), "serves a certificate not valid for it yet"},
+		"serving a certificate without it": {serve(withoutAddress), "serves a certificate not valid for it yet (not issued for 127.0.0.1)"},
+		"serving another CA's certificate": {serve(ofAnotherCA), "serves a certificate not valid for it yet (not issued by the tenant's CA)"},
 	} {
 		var notServing *endpointNotServingError
 		err := direct.checkEndpoint(ctx, nodePort(tc.hostPort), ca.CertPEM())
 		if !errors.As(err, &notServing) || notServing.endpoint != "https://"+tc.hostPort || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("an endpoint %s: %v; want an endpointNotServingError naming it and saying %q", name, err, tc.says)
+		}
+		for _, chosen := range chosenText {
+			if err != nil && strings.Contains(err.Error(), chosen) {
+				t.Errorf("an endpoint %s: %v repeats %q, which the served certificate chose", name, err, chosen)
+			}
 		}
 	}
 

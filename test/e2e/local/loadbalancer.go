@@ -287,7 +287,7 @@ func (lb *loadBalancer) syncFronts(svcs map[string]*corev1.Service) error {
 		lb.fronts[k] = f
 	}
 	// Addresses of the pool on the bridge that no front holds (a freed one, a previous run's).
-	have, err := bridgePoolAddrs()
+	have, err := lb.bridgePoolAddrs()
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -399,7 +399,7 @@ func relay(client, backend *net.TCPConn) {
 }
 
 // bridgePoolAddrs are the addresses of the pool on the bridge.
-func bridgePoolAddrs() ([]netip.Addr, error) {
+func (lb *loadBalancer) bridgePoolAddrs() ([]netip.Addr, error) {
 	out, err := exec.Command("ip", "-j", "addr", "show", "dev", bridgeName).Output()
 	if err != nil {
 		return nil, fmt.Errorf("ip addr show dev %s: %w", bridgeName, err)
@@ -410,11 +410,10 @@ func bridgePoolAddrs() ([]netip.Addr, error) {
 	if err := json.Unmarshal(out, &links); err != nil {
 		return nil, fmt.Errorf("ip addr show dev %s: %w", bridgeName, err)
 	}
-	first, last := netip.MustParseAddr(lbPoolFirst), netip.MustParseAddr(lbPoolLast)
 	var got []netip.Addr
 	for _, l := range links {
 		for _, a := range l.AddrInfo {
-			if ip, err := netip.ParseAddr(a.Local); err == nil && ip.Compare(first) >= 0 && ip.Compare(last) <= 0 {
+			if ip, err := netip.ParseAddr(a.Local); err == nil && slices.Contains(lb.pool, ip) {
 				got = append(got, ip)
 			}
 		}

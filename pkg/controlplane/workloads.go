@@ -677,6 +677,12 @@ func apiServerFlags(vc *v1alpha1.VirtualCluster, s Settings) Flags {
 			// upstream's default, the advertised address, is the pod's IP, which it does not.
 			"service-account-jwks-uri":        "https://kubernetes.default.svc." + TenantClusterDomain + "/openid/v1/jwks",
 			"kubelet-preferred-address-types": "InternalIP,ExternalIP,Hostname",
+			// Webhooks, CRD conversion and aggregated APIs are dialed at their Service's
+			// endpoints, not its ClusterIP: the apiserver is a host pod, and a tenant
+			// without the shared node has no copy of its Services in the host, so its
+			// ClusterIPs lead nowhere there. The endpoints are the tenant's to write; they
+			// reach what its pods reach (DESIGN.md, "Tenant Services and DNS").
+			"enable-aggregator-routing": "true",
 			"profiling":                       "false",
 			"watch-cache-sizes":               uncachedResources(),
 		},

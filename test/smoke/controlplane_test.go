@@ -46,6 +46,7 @@ func TestControlPlaneProcesses(t *testing.T) {
 	}
 	checkOpenAPI(ctx, t, client)
 	checkIssuerDiscovery(ctx, t, client)
+	checkWebhookByEndpoints(ctx, t, client)
 
 	// The apiserver's etcd clients (one per resource, compactor and health check: about 60)
 	// share one connection (cmd/nest-controlplane/etcdclients.go); the health checks' status

@@ -683,8 +683,8 @@ func apiServerFlags(vc *v1alpha1.VirtualCluster, s Settings) Flags {
 			// ClusterIPs lead nowhere there. The endpoints are the tenant's to write; they
 			// reach what its pods reach (DESIGN.md, "Tenant Services and DNS").
 			"enable-aggregator-routing": "true",
-			"profiling":                       "false",
-			"watch-cache-sizes":               uncachedResources(),
+			"profiling":                 "false",
+			"watch-cache-sizes":         uncachedResources(),
 		},
 		Extra: vc.Spec.ControlPlane.APIServer.ExtraArgs,
 	}

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
+	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -422,6 +424,86 @@ func TestHostileTenant(t *testing.T) {
 		}
 		if body := ownPods(evil); strings.Contains(body, victimPod.Name) {
 			t.Errorf("the attacker's own node proxy /pods lists the victim's pod %s", victimPod.Name)
+		}
+	})
+
+	t.Run("an aggregated API whose endpoints are the victim's and the host's apiservers", func(t *testing.T) {
+		// The attacker's apiserver dials an aggregated API (and a webhook, or a CRD conversion
+		// webhook) at the endpoints of its Service, which the attacker writes: the addresses
+		// its host pods reach anyway. What it brings there is its own front-proxy client
+		// certificate, with which it asserts any user of the aggregated API's choosing (its
+		// availability check asserts system:masters). The servers there must refuse it.
+		pods := &corev1.PodList{}
+		if err := host.List(ctx, pods, client.InNamespace(nsV), client.MatchingLabels{naming.LabelComponent: naming.ComponentControlPlane}); err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) == 0 || pods.Items[0].Status.PodIP == "" {
+			t.Fatalf("the victim's control-plane pod has no address: %d pods", len(pods.Items))
+		}
+		for _, target := range []struct{ name, addr string }{
+			{"victim", net.JoinHostPort(pods.Items[0].Status.PodIP, fmt.Sprint(controlplane.APIServerPort))},
+			{"host", "172.30.0.1:6443"},
+		} {
+			group := target.name + ".deputy.e2e.kubenest.io"
+			ip, port, _ := net.SplitHostPort(target.addr)
+			portNum, _ := strconv.ParseInt(port, 10, 32)
+			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "deputy-" + target.name, Namespace: "default"},
+				Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443}}}}
+			if _, err := evil.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := evil.DiscoveryV1().EndpointSlices("default").Create(ctx, &discoveryv1.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Name: svc.Name, Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name}},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+				Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(portNum))}},
+			}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			api := &apiregistrationv1.APIService{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "apiregistration.k8s.io/v1", Kind: "APIService"},
+				ObjectMeta: metav1.ObjectMeta{Name: "v1." + group},
+				Spec: apiregistrationv1.APIServiceSpec{Group: group, Version: "v1", InsecureSkipTLSVerify: true,
+					GroupPriorityMinimum: 1000, VersionPriority: 15,
+					Service: &apiregistrationv1.ServiceReference{Namespace: "default", Name: svc.Name, Port: ptr.To[int32](443)}},
+			}
+			body, err := json.Marshal(api)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := evil.RESTClient().Post().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices").Body(body).Do(ctx).Error(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { // an unavailable group fails the attacker's discovery in later subtests
+				_ = evil.RESTClient().Delete().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices", api.Name).Do(context.Background()).Error()
+			})
+			// The aggregator's availability check reports what the server there answered.
+			var available *apiregistrationv1.APIServiceCondition
+			err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				raw, err := evil.RESTClient().Get().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices", api.Name).DoRaw(ctx)
+				got := &apiregistrationv1.APIService{}
+				if err != nil || json.Unmarshal(raw, got) != nil {
+					return false, nil
+				}
+				for i, c := range got.Status.Conditions {
+					if c.Type == apiregistrationv1.Available {
+						available = &got.Status.Conditions[i]
+					}
+				}
+				return available != nil && (available.Status == apiregistrationv1.ConditionTrue || strings.Contains(available.Message, target.addr)), nil
+			})
+			switch {
+			case err != nil:
+				t.Errorf("the attacker's APIService at the %s apiserver (%s): %v; Available %+v; want the aggregator to report that server's refusal", target.name, target.addr, err, available)
+			case available.Status == apiregistrationv1.ConditionTrue || !strings.Contains(available.Message, "bad status") || !strings.Contains(available.Message, "401"):
+				// Served, or refused for another reason (unreachable, say): the attack proves nothing or worse.
+				t.Errorf("the attacker's APIService at the %s apiserver (%s): Available %s, %q; want the server's 401", target.name, target.addr, available.Status, available.Message)
+			default:
+				t.Logf("the attacker's APIService at the %s apiserver: refused: %s", target.name, available.Message)
+			}
+			if _, err := evil.RESTClient().Get().AbsPath("/apis", group, "v1").DoRaw(ctx); err == nil {
+				t.Errorf("the attacker read /apis/%s/v1 through the %s apiserver", group, target.name)
+			}
 		}
 	})
 

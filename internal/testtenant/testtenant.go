@@ -7,6 +7,7 @@ package testtenant
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -131,7 +132,7 @@ func Run(t *testing.T, bin Programs, vc *v1alpha1.VirtualCluster, settings contr
 		containers[c.Name] = c.Args
 	}
 	apiArgs := override(containers[controlplane.ContainerAPIServer], controlplane.PKIDir, cpDir, map[string]string{
-		"advertise-address":        hostIP(t),
+		"advertise-address":        cmp.Or(HostIP(), "10.255.255.254"),
 		"bind-address":             "127.0.0.1",
 		"secure-port":              strconv.Itoa(apiPort),
 		"etcd-servers":             fmt.Sprintf("https://127.0.0.1:%d", etcdPort),
@@ -259,19 +260,17 @@ func FreePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// hostIP is a non-loopback address of this machine: the apiserver refuses to advertise
-// loopback.
-func hostIP(t *testing.T) string {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
+// HostIP is a global unicast IPv4 address of this machine (not loopback, not link-local,
+// which the apiserver refuses to advertise and EndpointSlices refuse to hold), "" when it has
+// none.
+func HostIP() string {
+	addrs, _ := net.InterfaceAddrs()
 	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
 			return n.IP.String()
 		}
 	}
-	return "10.255.255.254"
+	return ""
 }
 
 // Process is one running component.

@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -440,13 +439,15 @@ func TestHostileTenant(t *testing.T) {
 		if len(pods.Items) == 0 || pods.Items[0].Status.PodIP == "" {
 			t.Fatalf("the victim's control-plane pod has no address: %d pods", len(pods.Items))
 		}
-		for _, target := range []struct{ name, addr string }{
-			{"victim", net.JoinHostPort(pods.Items[0].Status.PodIP, fmt.Sprint(controlplane.APIServerPort))},
-			{"host", "172.30.0.1:6443"},
+		for _, target := range []struct {
+			name, ip string
+			port     int32
+		}{
+			{"victim", pods.Items[0].Status.PodIP, controlplane.APIServerPort},
+			{"host", "172.30.0.1", 6443},
 		} {
 			group := target.name + ".deputy.e2e.kubenest.io"
-			ip, port, _ := net.SplitHostPort(target.addr)
-			portNum, _ := strconv.ParseInt(port, 10, 32)
+			addr := net.JoinHostPort(target.ip, fmt.Sprint(target.port))
 			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "deputy-" + target.name, Namespace: "default"},
 				Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443}}}}
 			if _, err := evil.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
@@ -455,8 +456,8 @@ func TestHostileTenant(t *testing.T) {
 			if _, err := evil.DiscoveryV1().EndpointSlices("default").Create(ctx, &discoveryv1.EndpointSlice{
 				ObjectMeta:  metav1.ObjectMeta{Name: svc.Name, Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name}},
 				AddressType: discoveryv1.AddressTypeIPv4,
-				Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-				Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(int32(portNum))}},
+				Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{target.ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+				Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To(target.port)}},
 			}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -490,14 +491,14 @@ func TestHostileTenant(t *testing.T) {
 						available = &got.Status.Conditions[i]
 					}
 				}
-				return available != nil && (available.Status == apiregistrationv1.ConditionTrue || strings.Contains(available.Message, target.addr)), nil
+				return available != nil && (available.Status == apiregistrationv1.ConditionTrue || strings.Contains(available.Message, addr)), nil
 			})
 			switch {
 			case err != nil:
-				t.Errorf("the attacker's APIService at the %s apiserver (%s): %v; Available %+v; want the aggregator to report that server's refusal", target.name, target.addr, err, available)
+				t.Errorf("the attacker's APIService at the %s apiserver (%s): %v; Available %+v; want the aggregator to report that server's refusal", target.name, addr, err, available)
 			case available.Status == apiregistrationv1.ConditionTrue || !strings.Contains(available.Message, "bad status") || !strings.Contains(available.Message, "401"):
 				// Served, or refused for another reason (unreachable, say): the attack proves nothing or worse.
-				t.Errorf("the attacker's APIService at the %s apiserver (%s): Available %s, %q; want the server's 401", target.name, target.addr, available.Status, available.Message)
+				t.Errorf("the attacker's APIService at the %s apiserver (%s): Available %s, %q; want the server's 401", target.name, addr, available.Status, available.Message)
 			default:
 				t.Logf("the attacker's APIService at the %s apiserver: refused: %s", target.name, available.Message)
 			}

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
+
+	"github.com/kubenest-io/kubenest/internal/testtenant"
 )
 
 // checkWebhookByEndpoints checks that the apiserver calls a webhook Service at its endpoints,
@@ -30,7 +32,10 @@ import (
 func checkWebhookByEndpoints(ctx context.Context, t *testing.T, client kubernetes.Interface) {
 	t.Helper()
 	const ns, svc, denial = "default", "smoke-hook", "denied by the smoke test's webhook"
-	addr := nonLoopbackIPv4(t) // EndpointSlices refuse loopback addresses
+	addr := testtenant.HostIP() // EndpointSlices refuse loopback addresses
+	if addr == "" {
+		t.Fatal("this machine has no IPv4 address but loopback and link-local ones: the webhook check needs one")
+	}
 	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey(svc+"."+ns+".svc", nil, []string{svc + "." + ns + ".svc"})
 	if err != nil {
 		t.Fatal(err)
@@ -103,20 +108,4 @@ func checkWebhookByEndpoints(ctx context.Context, t *testing.T, client kubernete
 	if err != nil {
 		t.Errorf("a webhook whose Service leads to %s:%d did not answer the apiserver: the last create: %v", addr, port, last)
 	}
-}
-
-// nonLoopbackIPv4 is an IPv4 address of this machine other than a loopback one.
-func nonLoopbackIPv4(t *testing.T) string {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
-			return n.IP.String()
-		}
-	}
-	t.Fatalf("this machine has no IPv4 address but loopback ones (%v): the webhook check needs one", addrs)
-	return ""
 }

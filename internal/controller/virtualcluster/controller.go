@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	networkingclient "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -33,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/controller/condition"
@@ -65,9 +67,14 @@ const (
 	// issuerRetryInterval: waiting for a cert-manager issuer to exist, be ready or issue the
 	// tenant's CA. The issued Secret itself is watched.
 	issuerRetryInterval = 5 * time.Second
-	// startQueueRetryInterval: waiting for a start slot (StartQueue).
-	startQueueRetryInterval = 2 * time.Second
+	// startQueueRetryInterval: the longest a tenant waiting for a start slot goes without
+	// looking again. It is told when its turn comes (StartQueue.Admitted) and looks again
+	// when a holder's turn times out; this is for anything missed.
+	startQueueRetryInterval = 30 * time.Second
 )
+
+// admittedBuffer is how many turns (StartQueue.Admitted) may wait to be reconciled.
+const admittedBuffer = 1024
 
 // Reconciler reconciles VirtualClusters.
 type Reconciler struct {
@@ -145,7 +152,23 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 			return err
 		}
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Starts != nil {
+		// A tenant waiting for a start slot is reconciled the moment its turn comes.
+		admitted := make(chan event.TypedGenericEvent[types.NamespacedName], admittedBuffer)
+		r.Starts.Admitted = func(tenant types.NamespacedName) {
+			select {
+			case admitted <- event.TypedGenericEvent[types.NamespacedName]{Object: tenant}:
+			default: // full: the tenant looks again by itself (startQueueRetryInterval)
+			}
+		}
+		b = b.WatchesRawSource(source.Channel(admitted, handler.TypedFuncs[types.NamespacedName, reconcile.Request]{
+			GenericFunc: func(_ context.Context, e event.TypedGenericEvent[types.NamespacedName], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				q.Add(reconcile.Request{NamespacedName: e.Object})
+			},
+		}))
+	}
+	return b.
 		For(&v1alpha1.VirtualCluster{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&appsv1.StatefulSet{}).
@@ -276,7 +299,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 
 	if !asleep {
 		if queued, err := r.awaitStartSlot(ctx, vc, conds); err != nil || queued {
-			return reconcile.Result{RequeueAfter: startQueueRetryInterval}, err
+			retry := startQueueRetryInterval
+			if in := r.Starts.NextTimeout(conds.Now); in > 0 {
+				retry = min(retry, in)
+			}
+			return reconcile.Result{RequeueAfter: retry}, err
 		}
 	}
 

@@ -79,7 +79,7 @@ func (r *tenantRoutes) dial(ctx context.Context, network, addr string) (net.Conn
 	return nil, fmt.Errorf("no tenant runs at %s in this test", addr)
 }
 
-func startOperator(t *testing.T, env *testenv.Env, routes *tenantRoutes) *operator {
+func startOperator(t *testing.T, env *testenv.Env, routes *tenantRoutes, configure ...func(*virtualcluster.Reconciler)) *operator {
 	t.Helper()
 	ctrl.SetLogger(klog.Background())
 	scheme := runtime.NewScheme()
@@ -97,7 +97,7 @@ func startOperator(t *testing.T, env *testenv.Env, routes *tenantRoutes) *operat
 	settings := controlplane.DefaultSettings()
 	settings.Image = "kubenest.io/kubenest:test"
 	tenants := &tenantclient.Registry{Dial: routes.dial}
-	if err := (&virtualcluster.Reconciler{
+	r := &virtualcluster.Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Settings:  settings,
@@ -105,7 +105,11 @@ func startOperator(t *testing.T, env *testenv.Env, routes *tenantRoutes) *operat
 		Tenants:   tenants,
 		// The issuer the cert-manager tests make for tenants; any other is refused.
 		AllowedIssuers: virtualcluster.IssuerAllowList{{Kind: "ClusterIssuer", Group: "cert-manager.io", Name: "platform-ca"}},
-	}).SetupWithManager(mgr, controller.Options{SkipNameValidation: ptr.To(true)}); err != nil {
+	}
+	for _, f := range configure {
+		f(r)
+	}
+	if err := r.SetupWithManager(mgr, controller.Options{SkipNameValidation: ptr.To(true)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := (&poolnode.Reconciler{
@@ -573,6 +577,56 @@ func TestNodePortEndpoint(t *testing.T) {
 	if err := apiCert.VerifyHostname("10.9.8.7"); err != nil {
 		t.Errorf("apiserver certificate does not cover the node address: %v", err)
 	}
+}
+
+// TestStartQueueTurn: a tenant waiting for a start slot starts the moment one frees, not at
+// its next look (30 s later).
+func TestStartQueueTurn(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := env.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	startOperator(t, env, &tenantRoutes{}, func(r *virtualcluster.Reconciler) {
+		r.Starts = &virtualcluster.StartQueue{Max: 1, Timeout: 3 * time.Minute}
+	})
+	create := func(name string) {
+		t.Helper()
+		vc := &v1alpha1.VirtualCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec:       v1alpha1.VirtualClusterSpec{Etcd: v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}}},
+		}
+		if err := c.Create(ctx, vc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first takes the one slot and holds it (no pod ever runs here); the second waits.
+	create("first")
+	waitFor(t, ctx, c, "first", func(v *v1alpha1.VirtualCluster) bool {
+		return reason(v, v1alpha1.ConditionEtcdReady) == virtualcluster.ReasonWaitingForPods
+	})
+	create("second")
+	waitFor(t, ctx, c, "second", func(v *v1alpha1.VirtualCluster) bool {
+		return reason(v, v1alpha1.ConditionAPIServerReady) == virtualcluster.ReasonQueued
+	})
+	if err := c.Get(ctx, key(naming.For("second").EtcdStatefulSet()), &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the waiting tenant's etcd StatefulSet: %v; want none yet", err)
+	}
+
+	// The first goes: the second starts within seconds.
+	if err := c.Delete(ctx, &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: "first", Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	freed := time.Now()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		return c.Get(ctx, key(naming.For("second").EtcdStatefulSet()), &appsv1.StatefulSet{}) == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("the waiting tenant did not start within 10 s of the slot freeing: %v", err)
+	}
+	t.Logf("the waiting tenant's etcd StatefulSet %v after the slot freed", time.Since(freed).Round(time.Millisecond))
 }
 
 func key(name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }

@@ -24,11 +24,19 @@ import (
 // namespace that creates a hundred tenants at once, or tenants that never start and hold
 // their turns until Timeout, delays another namespace's tenant by little: a turn is always
 // left for it.
+//
+// A waiting tenant is told when its turn comes (Admitted), so it starts the moment a slot
+// frees instead of at its next look; it looks again by itself only when a holder's Timeout
+// ends (NextTimeout), which may free a slot without anyone giving it back.
 type StartQueue struct {
 	// Max is how many tenants start at once; 0 means no limit.
 	Max int
 	// Timeout is the longest a tenant holds a slot.
 	Timeout time.Duration
+	// Admitted, if set, is called with each waiting tenant whose turn has come since a slot
+	// was given back or timed out: Admit would now admit it. It is called without the
+	// queue's lock held, and must not block.
+	Admitted func(types.NamespacedName)
 
 	mu       sync.Mutex
 	starting map[types.NamespacedName]time.Time // holders, since when
@@ -42,16 +50,35 @@ func (q *StartQueue) Admit(tenant types.NamespacedName, now time.Time) (ok bool,
 	if q == nil || q.Max <= 0 {
 		return true, 0
 	}
+	ok, ahead, admitted := q.admit(tenant, now)
+	q.notify(admitted, tenant)
+	return ok, ahead
+}
+
+// admit is Admit under the queue's lock; admitted is the other waiting tenants whose turn
+// came because a holder's Timeout ended.
+func (q *StartQueue) admit(tenant types.NamespacedName, now time.Time) (ok bool, ahead int, admitted []types.NamespacedName) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.starting == nil {
 		q.starting = map[types.NamespacedName]time.Time{}
 	}
+	timedOut := false
 	for t, since := range q.starting {
 		if now.Sub(since) > q.Timeout {
 			delete(q.starting, t)
+			timedOut = true
 		}
 	}
+	ok, ahead = q.take(tenant, now)
+	if timedOut {
+		admitted = q.next()
+	}
+	return ok, ahead, admitted
+}
+
+// take gives tenant a slot if its turn has come, or puts it in line. The caller holds q.mu.
+func (q *StartQueue) take(tenant types.NamespacedName, now time.Time) (ok bool, ahead int) {
 	if _, holds := q.starting[tenant]; holds {
 		return true, 0
 	}
@@ -99,15 +126,61 @@ func (q *StartQueue) order() []types.NamespacedName {
 	return first
 }
 
-// Done gives tenant's slot back, or its place in the queue: it is Ready, asleep or gone.
+// next is the waiting tenants that Admit would admit now, in order. The caller holds q.mu.
+func (q *StartQueue) next() []types.NamespacedName {
+	order := q.order()
+	return order[:min(len(order), max(0, q.Max-len(q.starting)))]
+}
+
+// notify tells Admitted of tenants, except skip (the tenant asking, which knows). The caller
+// does not hold q.mu.
+func (q *StartQueue) notify(tenants []types.NamespacedName, skip types.NamespacedName) {
+	if q.Admitted == nil {
+		return
+	}
+	for _, t := range tenants {
+		if t != skip {
+			q.Admitted(t)
+		}
+	}
+}
+
+// Done gives tenant's slot back, or its place in the queue: it is Ready, asleep or gone. The
+// waiting tenants whose turn that brings are told (Admitted).
 func (q *StartQueue) Done(tenant types.NamespacedName) {
 	if q == nil {
 		return
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	_, held := q.starting[tenant]
 	delete(q.starting, tenant)
-	if i := slices.Index(q.waiting, tenant); i >= 0 {
+	i := slices.Index(q.waiting, tenant)
+	if i >= 0 {
 		q.waiting = slices.Delete(q.waiting, i, i+1)
 	}
+	var admitted []types.NamespacedName
+	if held || i >= 0 {
+		// A turn freed, or the line changed (a tenant told its turn had come went before
+		// taking it): whoever may start now is told, again or for the first time.
+		admitted = q.next()
+	}
+	q.mu.Unlock()
+	q.notify(admitted, tenant)
+}
+
+// NextTimeout is how long until the first holder's Timeout ends (at least a second), when a
+// slot may free without Done; 0 when no tenant holds one.
+func (q *StartQueue) NextTimeout(now time.Time) time.Duration {
+	if q == nil {
+		return 0
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var first time.Duration
+	for _, since := range q.starting {
+		if in := max(time.Second, since.Add(q.Timeout).Sub(now)); first == 0 || in < first {
+			first = in
+		}
+	}
+	return first
 }

@@ -1,6 +1,7 @@
 package virtualcluster
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -91,5 +92,55 @@ func TestStartQueueSharesNamespaces(t *testing.T) {
 	q.Done(other)
 	if ok, _ := q.Admit(hog(3), now); !ok {
 		t.Error("with nobody else waiting, the namespace gets a slot")
+	}
+}
+
+// A waiting tenant is told when its turn comes, whether a holder gives its slot back or its
+// turn times out, and looks again by itself when the first holder's turn ends.
+func TestStartQueueTellsWhoseTurnCame(t *testing.T) {
+	now := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	var told []string
+	q := &StartQueue{Max: 2, Timeout: time.Minute, Admitted: func(t types.NamespacedName) { told = append(told, t.Name) }}
+	ns := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: name, Name: name} }
+	a, b, c, d, e := ns("a"), ns("b"), ns("c"), ns("d"), ns("e")
+	expect := func(what string, want ...string) {
+		t.Helper()
+		if !slices.Equal(told, want) {
+			t.Errorf("%s: told %q; want %q", what, told, want)
+		}
+		told = nil
+	}
+
+	if got := q.NextTimeout(now); got != 0 {
+		t.Errorf("NextTimeout with no holder = %v; want 0", got)
+	}
+	q.Admit(a, now)
+	q.Admit(b, now.Add(10*time.Second))
+	q.Admit(c, now)
+	q.Admit(d, now)
+	q.Admit(e, now)
+	expect("slots taken and tenants waiting")
+	if got := q.NextTimeout(now.Add(20 * time.Second)); got != 40*time.Second {
+		t.Errorf("NextTimeout = %v; want 40s, when a's turn ends", got)
+	}
+
+	q.Done(a)
+	expect("a's slot given back", "c")
+	q.Done(e)
+	expect("a waiting tenant going: who may start is told again", "c")
+	q.Done(c) // c went before it started: its slot is d's
+	expect("c gone before it took its turn", "d")
+	q.Admit(d, now)
+	expect("d takes its slot")
+
+	// b's turn times out, seen when someone asks: the next in line is told.
+	q.Admit(e, now) // e waits again
+	told = nil
+	if ok, _ := q.Admit(a, now.Add(2*time.Minute)); !ok {
+		t.Fatal("a not admitted after both holders timed out")
+	}
+	expect("b's and d's turns timed out, a asked and took one", "e")
+	if got := q.NextTimeout(now.Add(2*time.Minute + 59*time.Second + 500*time.Millisecond)); got != time.Second {
+		t.Errorf("NextTimeout just before a's turn ends = %v; want the 1s floor", got)
 	}
 }

@@ -35,15 +35,8 @@ import (
 // the issuer does not exist, then a CA issued by cert-manager that every tenant certificate
 // chains to, a refused CA rotation, and nothing left of it after deletion.
 func TestCertManagerIssuer(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	env, ctx := startEnv(t, testenv.Options{}, 4*time.Minute, "cert-manager")
 	c := env.Client
-	for _, name := range []string{ns, "cert-manager"} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	startOperator(t, env, &tenantRoutes{})
 	vc := &v1alpha1.VirtualCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "gamma", Namespace: ns},

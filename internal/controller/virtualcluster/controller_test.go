@@ -132,6 +132,21 @@ func startOperator(t *testing.T, env *testenv.Env, routes *tenantRoutes, configu
 	return op
 }
 
+// startEnv starts a host apiserver for one test, with the tenants' namespace and the others
+// named; ctx ends after timeout or with the test.
+func startEnv(t *testing.T, opts testenv.Options, timeout time.Duration, namespaces ...string) (*testenv.Env, context.Context) {
+	t.Helper()
+	env := testenv.Start(t, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	for _, name := range append([]string{ns}, namespaces...) {
+		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return env, ctx
+}
+
 func (o *operator) stop() {
 	o.cancel()
 	<-o.done
@@ -140,13 +155,8 @@ func (o *operator) stop() {
 // TestLifecycle follows one VirtualCluster from creation to Ready (with a real tenant control
 // plane run from the Secrets the operator wrote) and to deletion.
 func TestLifecycle(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{Controllers: []string{"garbagecollector"}})
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	env, ctx := startEnv(t, testenv.Options{Controllers: []string{"garbagecollector"}}, 4*time.Minute)
 	c := env.Client
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
 	routes := &tenantRoutes{}
 	parent := t
 	op := startOperator(t, env, routes)
@@ -528,13 +538,8 @@ func TestLifecycle(t *testing.T) {
 // TestNodePortEndpoint checks a NodePort tenant waits for a host node address, then publishes
 // it and puts it in the apiserver's certificate.
 func TestNodePortEndpoint(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	env, ctx := startEnv(t, testenv.Options{}, 2*time.Minute)
 	c := env.Client
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
 	startOperator(t, env, &tenantRoutes{})
 	vc := &v1alpha1.VirtualCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "np", Namespace: ns},
@@ -582,13 +587,8 @@ func TestNodePortEndpoint(t *testing.T) {
 // TestStartQueueTurn: a tenant waiting for a start slot starts the moment one frees, not at
 // its next look (30 s later).
 func TestStartQueueTurn(t *testing.T) {
-	env := testenv.Start(t, testenv.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	env, ctx := startEnv(t, testenv.Options{}, 2*time.Minute)
 	c := env.Client
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
 	startOperator(t, env, &tenantRoutes{}, func(r *virtualcluster.Reconciler) {
 		r.Starts = &virtualcluster.StartQueue{Max: 1, Timeout: 3 * time.Minute}
 	})

@@ -44,18 +44,11 @@ const lendable = "worker-9"
 // and a real tenant control plane; the test plays the kubelet, which it replaces by a recorder.
 func TestNodeLending(t *testing.T) {
 	// RBAC and the Node authorizer as in a real host: what the agent may do is what the chart grants.
-	env := testenv.Start(t, testenv.Options{
+	env, ctx := startEnv(t, testenv.Options{
 		Controllers:    []string{"garbagecollector"},
 		APIServerFlags: []string{"--authorization-mode=Node,RBAC"},
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	}, 4*time.Minute, "kubenest-system")
 	c := env.Client
-	for _, n := range []string{ns, "kubenest-system"} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// No controller-manager makes the default ServiceAccount here; pods need it to be admitted.
 	if err := c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "default"}}); err != nil {
 		t.Fatal(err)

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	networkingclient "k8s.io/client-go/kubernetes/typed/networking/v1"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -162,11 +161,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 			default: // full: the tenant looks again by itself (startQueueRetryInterval)
 			}
 		}
-		b = b.WatchesRawSource(source.Channel(admitted, handler.TypedFuncs[types.NamespacedName, reconcile.Request]{
-			GenericFunc: func(_ context.Context, e event.TypedGenericEvent[types.NamespacedName], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				q.Add(reconcile.Request{NamespacedName: e.Object})
-			},
-		}))
+		b = b.WatchesRawSource(source.Channel(admitted, handler.TypedEnqueueRequestsFromMapFunc(
+			func(_ context.Context, tenant types.NamespacedName) []reconcile.Request {
+				return []reconcile.Request{{NamespacedName: tenant}}
+			})))
 	}
 	return b.
 		For(&v1alpha1.VirtualCluster{}, builder.WithPredicates(predicate.Or(

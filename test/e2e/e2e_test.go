@@ -317,11 +317,17 @@ func downloadKubeconfig(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualC
 
 func tenantClient(t *testing.T, kubeconfig string) *kubernetes.Clientset {
 	t.Helper()
+	return kubernetes.NewForConfigOrDie(tenantConfig(t, kubeconfig))
+}
+
+// tenantConfig is the client configuration of the kubeconfig file at path.
+func tenantConfig(t *testing.T, kubeconfig string) *rest.Config {
+	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kubernetes.NewForConfigOrDie(cfg)
+	return cfg
 }
 
 func kubectl(t *testing.T, args ...string) string {

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,10 +71,7 @@ func TestHAUnderFault(t *testing.T) {
 	}
 
 	kubeconfig := downloadKubeconfig(t, ctx, vc)
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := tenantConfig(t, kubeconfig)
 	cfg.Timeout = 2 * time.Second // a request to a dying apiserver fails fast, as a failure
 	tenant := kubernetes.NewForConfigOrDie(cfg)
 	const kept = 50

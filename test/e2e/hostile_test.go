@@ -33,9 +33,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
+	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -324,10 +324,7 @@ func TestHostileTenant(t *testing.T) {
 
 		// Directly, from the host's pod network: with no credential, with the attacker's admin
 		// certificate (of the attacker's CA), and with a token of the attacker's ServiceAccount.
-		attackerCfg, err := clientcmd.BuildConfigFromFlags("", attackerKC)
-		if err != nil {
-			t.Fatal(err)
-		}
+		attackerCfg := tenantConfig(t, attackerKC)
 		adminCert, err := tls.X509KeyPair(attackerCfg.CertData, attackerCfg.KeyData)
 		if err != nil {
 			t.Fatalf("the attacker's kubeconfig has no client certificate: %v", err)
@@ -432,6 +429,7 @@ func TestHostileTenant(t *testing.T) {
 		// its host pods reach anyway. What it brings there is its own front-proxy client
 		// certificate, with which it asserts any user of the aggregated API's choosing (its
 		// availability check asserts system:masters). The servers there must refuse it.
+		aggregator := aggregatorclient.NewForConfigOrDie(tenantConfig(t, attackerKC))
 		pods := &corev1.PodList{}
 		if err := host.List(ctx, pods, client.InNamespace(nsV), client.MatchingLabels{naming.LabelComponent: naming.ComponentControlPlane}); err != nil {
 			t.Fatal(err)
@@ -461,29 +459,23 @@ func TestHostileTenant(t *testing.T) {
 			}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			api := &apiregistrationv1.APIService{
-				TypeMeta:   metav1.TypeMeta{APIVersion: "apiregistration.k8s.io/v1", Kind: "APIService"},
+			api, err := aggregator.ApiregistrationV1().APIServices().Create(ctx, &apiregistrationv1.APIService{
 				ObjectMeta: metav1.ObjectMeta{Name: "v1." + group},
 				Spec: apiregistrationv1.APIServiceSpec{Group: group, Version: "v1", InsecureSkipTLSVerify: true,
 					GroupPriorityMinimum: 1000, VersionPriority: 15,
 					Service: &apiregistrationv1.ServiceReference{Namespace: "default", Name: svc.Name, Port: ptr.To[int32](443)}},
-			}
-			body, err := json.Marshal(api)
+			}, metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := evil.RESTClient().Post().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices").Body(body).Do(ctx).Error(); err != nil {
-				t.Fatal(err)
-			}
 			t.Cleanup(func() { // an unavailable group fails the attacker's discovery in later subtests
-				_ = evil.RESTClient().Delete().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices", api.Name).Do(context.Background()).Error()
+				_ = aggregator.ApiregistrationV1().APIServices().Delete(context.Background(), api.Name, metav1.DeleteOptions{})
 			})
 			// The aggregator's availability check reports what the server there answered.
 			var available *apiregistrationv1.APIServiceCondition
 			err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-				raw, err := evil.RESTClient().Get().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices", api.Name).DoRaw(ctx)
-				got := &apiregistrationv1.APIService{}
-				if err != nil || json.Unmarshal(raw, got) != nil {
+				got, err := aggregator.ApiregistrationV1().APIServices().Get(ctx, api.Name, metav1.GetOptions{})
+				if err != nil {
 					return false, nil
 				}
 				for i, c := range got.Status.Conditions {
@@ -982,10 +974,7 @@ func TestHostileTenant(t *testing.T) {
 		}
 
 		attack := func(token string) error {
-			cfg, err := clientcmd.BuildConfigFromFlags("", attackerKC)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := tenantConfig(t, attackerKC)
 			cfg.Host = victim.Status.Endpoint
 			cfg.TLSClientConfig.CAData, cfg.TLSClientConfig.CAFile, cfg.TLSClientConfig.Insecure = nil, "", true
 			cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {

@@ -235,7 +235,7 @@ e2e: previous-release $(HELM) ## End-to-end tests against the local cluster ('ma
 # The previous release, which TestOperatorUpgrade upgrades from: the last commit that landed
 # before this one's work began. Its tree is exported (git archive) into _output/previous and its
 # KubeNest and tenant DNS images built there and loaded into the local cluster under their own tags.
-PREVIOUS_RELEASE := 4e752dbd0cf6f4d7d54b2f6dd0de0f785047003f
+PREVIOUS_RELEASE := 35c8e5ee3c4c183bf480bace6c962eadd6bee09e
 PREVIOUS_DIR := _output/previous
 PREVIOUS_VERSION := release-$(shell echo $(PREVIOUS_RELEASE) | cut -c1-12)
 

@@ -69,6 +69,7 @@ func run() error {
 		wakeAddress                                    string
 		namespace                                      string
 		issuers                                        string
+		sharedQuota                                    string
 	)
 	fs := flag.CommandLine
 	fs.Usage = func() {
@@ -101,6 +102,7 @@ Flags:
 	fs.StringVar(&nodePortAddress, "nodeport-address", "", "Address in NodePort endpoints and certificates; empty uses the address of the oldest Ready host node.")
 	fs.StringVar(&virtualNodeAddress, "virtual-node-address", os.Getenv("POD_IP"), "IP tenants' apiservers reach the shared virtual nodes' kubelet API at: this pod's IP (the chart sets $POD_IP). Empty runs no virtual node.")
 	fs.StringVar(&wakeAddress, "wake-gateway-address", os.Getenv("POD_IP"), "IP the host's Services reach this pod's wake gateway at, which holds a sleeping tenant's first connection while it wakes: this pod's IP (the chart sets $POD_IP). Empty: a sleeping tenant's endpoint refuses connections, and only spec.sleep.asleep wakes it.")
+	fs.StringVar(&sharedQuota, "shared-node-quota", "", "Each tenant's share of the host's shared nodes: the most its pods on the shared virtual node may request together, as comma-separated name=quantity pairs (cpu=2,memory=4Gi,pods=110; any resource a pod requests, such as ephemeral-storage or nvidia.com/gpu, and pods, their number). The virtual node's allocatable resources are the host's within it, so the tenant's scheduler places no more; a pod bound to the node that does not fit fails with reason OutOf<resource>, as on a full kubelet, and an in-place resize that does not fit is not made. Empty: every tenant may take all the shared nodes have.")
 	fs.StringVar(&virtualNodeName, "virtual-node-name", "kubenest-shared", "Name of the shared virtual node in every tenant.")
 	fs.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "kubenest-system"), "The operator's own namespace, where lent nodes' join Secrets go.")
 	fs.BoolVar(&settings.ControlPlanesOnLendableNodes, "control-planes-on-lendable-nodes", false, "Let tenant etcd and control-plane pods run on nodes labelled "+v1alpha1.LabelLendable+"=true when the other nodes have no room (the scheduler still prefers the others). A node that runs one is never lent. Off, they run only on nodes without the label, and wait Pending when those are full.")
@@ -129,6 +131,10 @@ Flags:
 	allowedIssuers, err := virtualcluster.ParseIssuerAllowList(issuers)
 	if err != nil {
 		return fmt.Errorf("--cert-manager-issuers: %w", err)
+	}
+	quota, err := clustertree.ParseQuota(sharedQuota)
+	if err != nil {
+		return fmt.Errorf("--shared-node-quota: %w", err)
 	}
 	ctrl.SetLogger(klog.Background())
 	log := ctrl.Log.WithName("setup")
@@ -202,6 +208,7 @@ Flags:
 			Host:     cfg,
 			Address:  virtualNodeAddress,
 			NodeName: virtualNodeName,
+			Quota:    quota,
 		}
 	} else {
 		log.Info("no --virtual-node-address (nor $POD_IP): tenants asking for the shared node will not get one")

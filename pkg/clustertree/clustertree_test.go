@@ -98,17 +98,17 @@ func TestSync(t *testing.T) {
 	parent := t
 	stop := startNode(t, host, tenantEnv)
 
-	t.Run("virtual node registers with the host's capacity", func(t *testing.T) {
+	t.Run("virtual node registers with the host's capacity, the tenant's share allocatable", func(t *testing.T) {
 		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			n, err := tc.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 			if err != nil {
 				return false, nil
 			}
-			cpu := n.Status.Allocatable[corev1.ResourceCPU]
-			return ready(n) && cpu.String() == "4", nil
+			cpu, allocatable, memory := n.Status.Capacity[corev1.ResourceCPU], n.Status.Allocatable[corev1.ResourceCPU], n.Status.Allocatable[corev1.ResourceMemory]
+			return ready(n) && cpu.String() == "4" && allocatable.String() == "3" && memory.String() == "8Gi", nil
 		})
 		if err != nil {
-			t.Fatalf("virtual node not Ready with 4 CPUs: %v", err)
+			t.Fatalf("virtual node not Ready with 4 CPUs, 3 of them and all 8Gi of memory allocatable: %v", err)
 		}
 		// The lease is renewed by its own loop, which may start just after the
 		// node's first status: wait for it rather than expect it at once.
@@ -372,8 +372,8 @@ func TestSync(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the node's status was not written again: %v", err)
 		}
-		if q := n.Status.Allocatable[foo]; q.String() != "5" || n.Status.Allocatable.Cpu().String() != "4" {
-			t.Errorf("node allocatable %v, want the host's with %s: 5", n.Status.Allocatable, foo)
+		if q := n.Status.Allocatable[foo]; q.String() != "5" || n.Status.Allocatable.Cpu().String() != "3" {
+			t.Errorf("node allocatable %v, want the tenant's share of the host's with %s: 5", n.Status.Allocatable, foo)
 		}
 		if err := tc.CoreV1().Pods(tenantNS).Delete(ctx, "counted", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			t.Fatal(err)
@@ -642,6 +642,71 @@ func TestSync(t *testing.T) {
 		}
 	})
 
+	t.Run("a pod beyond the tenant's share of the shared nodes fails, as on a full kubelet; so does a resize", func(t *testing.T) {
+		cpu := func(name, q string) *corev1.Pod {
+			p := webPod()
+			p.Name = name
+			p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(q)}
+			return p
+		}
+		// Bound straight to the node, past the tenant's scheduler (which sees 3 CPUs
+		// allocatable, and would place neither the second pod nor the resize).
+		for _, name := range []string{"big-1", "big-2", "small"} {
+			defer func() {
+				if err := tc.CoreV1().Pods(tenantNS).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+					t.Error(err)
+				}
+			}()
+		}
+		createTenantPod(t, ctx, tc, cpu("big-1", "2"))
+		waitHostPod(t, ctx, hc, clustertree.HostName(vcName, tenantNS, "big-1"))
+		createTenantPod(t, ctx, tc, cpu("big-2", "1500m"))
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			got, err := tc.CoreV1().Pods(tenantNS).Get(ctx, "big-2", metav1.GetOptions{})
+			return err == nil && got.Status.Phase == corev1.PodFailed && got.Status.Reason == "OutOfcpu", nil
+		})
+		if err != nil {
+			t.Fatalf("a pod beyond the quota not failed with reason OutOfcpu: %v", err)
+		}
+		waitEvent(t, ctx, tc, "big-2", "OutOfcpu", "cpu: requested 1500m, 2 in use of 3")
+		if _, err := hc.CoreV1().Pods(hostNS).Get(ctx, clustertree.HostName(vcName, tenantNS, "big-2"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a host pod exists for the pod beyond the quota: %v", err)
+		}
+		createTenantPod(t, ctx, tc, cpu("small", "500m"))
+		waitHostPod(t, ctx, hc, clustertree.HostName(vcName, tenantNS, "small"))
+
+		// A resize within the share is made; one beyond it (beside the small pod; each alone
+		// fits the node, so the tenant's apiserver allows it) is not.
+		resize := func(q string) {
+			p, err := tc.CoreV1().Pods(tenantNS).Get(ctx, "big-1", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse(q)
+			if _, err := tc.CoreV1().Pods(tenantNS).UpdateResize(ctx, p.Name, p, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hostCPU := func(ctx context.Context) string {
+			hp, err := hc.CoreV1().Pods(hostNS).Get(ctx, clustertree.HostName(vcName, tenantNS, "big-1"), metav1.GetOptions{})
+			if err != nil {
+				return err.Error()
+			}
+			return hp.Spec.Containers[0].Resources.Requests.Cpu().String()
+		}
+		resize("2500m")
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+			return hostCPU(ctx) == "2500m", nil
+		}); err != nil {
+			t.Fatalf("a resize within the quota: the host pod asks for %s CPU, want 2500m", hostCPU(ctx))
+		}
+		resize("2600m")
+		waitEvent(t, ctx, tc, "big-1", "OutOfcpu", "resize refused by the shared node: the tenant's share of the shared nodes has no room for it: cpu: requested 2600m, 500m in use of 3")
+		if got := hostCPU(ctx); got != "2500m" {
+			t.Errorf("a resize beyond the quota: the host pod asks for %s CPU, want 2500m as before", got)
+		}
+	})
+
 	t.Run("restart rebuilds from both sides", func(t *testing.T) {
 		stop()
 		// While no node runs: a tenant pod is created, and an orphan host pod appears.
@@ -723,6 +788,8 @@ func startNode(t *testing.T, host, tenant *testenv.Env) func() {
 				return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"),
 					corev1.ResourcePods: resource.MustParse("110")}, nil
 			},
+			// The tenant's share: 3 of the 4 CPUs; more memory than the host has.
+			Quota:          corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("16Gi")},
 			KubeletVersion: "v1.36.3", Workers: 2, SyncPeriod: time.Second,
 		})
 	}()

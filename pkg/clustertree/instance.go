@@ -84,6 +84,11 @@ type Config struct {
 	WokeAt time.Time
 	// Capacity is what the host's shared nodes can give, for the virtual node's status.
 	Capacity func(context.Context) (corev1.ResourceList, error)
+	// Quota is the most of each resource it names that the tenant's pods on the virtual node
+	// may ask the host for together (their requests; "pods" counts them): the node's
+	// allocatable resources, and what clustertree admits pods against (quota.go). Nil: all the
+	// host's shared capacity.
+	Quota corev1.ResourceList
 	// HostsImage holds nest-hosts (the KubeNest image), pulled with HostsImagePullPolicy: the
 	// /etc/hosts writer of pods with a subdomain (Translator.HostsImage).
 	HostsImage           string
@@ -200,12 +205,13 @@ func Run(ctx context.Context, cfg Config) error {
 			host:  host, hostREST: cfg.Host, hostPods: hostPods.Lister(), hostPodIndex: hostPods.Informer().GetIndexer(), tenant: tenant,
 			tenantPods: pc.Pods, tenantConfigMaps: pc.ConfigMaps, tenantSecrets: pc.Secrets, tenantServices: pc.Services,
 			recorder: recorder, log: log, refused: map[string]*corev1.Pod{},
+			quota: cfg.Quota, admitted: map[types.UID]admission{},
 			unreferencedGrace: max(cfg.SyncPeriod, 5*time.Second), wokeAt: cfg.WokeAt,
 		}
 		vkTenant.pods = pc.Pods
 		mux.Handle("/metrics", metricsHandler(cfg.NodeName, pc.Pods)) // the provider's routes serve the rest, /metrics/resource among them
 		describeNode(pc.Node, cfg, address, kubeletPort, capacity)
-		return prov, &nodeProvider{node: pc.Node.DeepCopy(), capacity: cfg.Capacity, read: hostResources.add, period: cfg.SyncPeriod}, nil
+		return prov, &nodeProvider{node: pc.Node.DeepCopy(), capacity: cfg.Capacity, quota: cfg.Quota, read: hostResources.add, period: cfg.SyncPeriod}, nil
 	},
 		nodeutil.WithClient(vkTenant),
 		nodeutil.AttachProviderRoutes(mux),
@@ -381,7 +387,7 @@ func describeNode(n *corev1.Node, cfg Config, address string, port int, capacity
 			{Type: corev1.NodeHostName, Address: cfg.NodeName},
 		},
 		Capacity:        capacity,
-		Allocatable:     capacity,
+		Allocatable:     Allocatable(capacity, cfg.Quota),
 		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(port)}},
 		NodeInfo: corev1.NodeSystemInfo{
 			KubeletVersion:          cfg.KubeletVersion,
@@ -393,13 +399,14 @@ func describeNode(n *corev1.Node, cfg Config, address string, port int, capacity
 	}
 }
 
-// nodeProvider keeps the virtual node's capacity that of the host's shared nodes, and passes
-// what it read to read. Only what the host gives is written: a resource the tenant adds to the
-// node's status itself (an extended resource of its own accounting) stays, as virtual-kubelet
-// patches only what it wrote before.
+// nodeProvider keeps the virtual node's capacity that of the host's shared nodes (its
+// allocatable resources within quota), and passes what it read to read. Only what the host
+// gives is written: a resource the tenant adds to the node's status itself (an extended
+// resource of its own accounting) stays, as virtual-kubelet patches only what it wrote before.
 type nodeProvider struct {
 	node     *corev1.Node
 	capacity func(context.Context) (corev1.ResourceList, error)
+	quota    corev1.ResourceList
 	read     func(corev1.ResourceList)
 	period   time.Duration
 }
@@ -428,7 +435,7 @@ func (np *nodeProvider) NotifyNodeStatus(ctx context.Context, cb func(*corev1.No
 			if res, err := np.capacity(ctx); err == nil {
 				np.read(res)
 				n := np.node.DeepCopy()
-				n.Status.Capacity, n.Status.Allocatable = res, res
+				n.Status.Capacity, n.Status.Allocatable = res, Allocatable(res, np.quota)
 				cb(n)
 			} else if ctx.Err() == nil {
 				klog.FromContext(ctx).Error(err, "reading the host's shared capacity")

@@ -62,6 +62,12 @@ type provider struct {
 	// wokeAt is Config.WokeAt.
 	wokeAt time.Time
 
+	// quota is the tenant's share of the shared nodes (Config.Quota); nil: no limit but the
+	// host's. admitted holds, under admitMu, the pods admitted lately (quota.go).
+	quota    corev1.ResourceList
+	admitMu  sync.Mutex
+	admitted map[types.UID]admission
+
 	mu     sync.Mutex
 	notify func(*corev1.Pod)
 	// refused holds tenant pods refused on the shared node, by namespace/name, with the failed
@@ -103,7 +109,7 @@ func (p *provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	}, func() error { return p.createPod(ctx, pod) })
 }
 
-func (p *provider) createPod(ctx context.Context, pod *corev1.Pod) error {
+func (p *provider) createPod(ctx context.Context, pod *corev1.Pod) (err error) {
 	hostName := HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name)
 	if existing, err := p.hostPods.Pods(p.tr.HostNamespace).Get(hostName); err == nil {
 		if existing.Annotations[AnnotationTenantUID] == string(pod.UID) {
@@ -137,12 +143,22 @@ func (p *provider) createPod(ctx context.Context, pod *corev1.Pod) error {
 	hostPod, refs, err := p.tr.Pod(pod, services)
 	var forbidden *ForbiddenError
 	if errors.As(err, &forbidden) {
-		p.refuse(pod, forbidden.Error())
+		p.refuse(pod, ReasonForbidden, forbidden.Error())
 		return nil
 	}
 	if err != nil {
 		return err
 	}
+	var full *quotaError
+	if err := p.admit(pod.UID, podRequests(hostPod)); errors.As(err, &full) {
+		p.refuse(pod, full.Reason(), full.Error())
+		return nil
+	}
+	defer func() {
+		if err != nil {
+			p.forget(pod.UID)
+		}
+	}()
 	hostPod.OwnerReferences = []metav1.OwnerReference{p.owner}
 	if err := p.syncRefs(ctx, pod, hostName, refs); err != nil {
 		return err
@@ -153,7 +169,8 @@ func (p *provider) createPod(ctx context.Context, pod *corev1.Pod) error {
 	if apierrors.IsInvalid(err) || (apierrors.IsForbidden(err) && strings.Contains(err.Error(), "violates PodSecurity")) {
 		// The host refused it for good (Pod Security admission, say): the tenant hears why.
 		// Other refusals (a quota, a missing service account) may pass later and are retried.
-		p.refuse(pod, "the host cluster refused the pod: "+err.Error())
+		p.forget(pod.UID)
+		p.refuse(pod, ReasonForbidden, "the host cluster refused the pod: "+err.Error())
 		return nil
 	}
 	if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -211,15 +228,15 @@ func (p *provider) addEphemeralContainers(ctx context.Context, tenant, current *
 }
 
 // refuse fails a tenant pod that may not run on the shared node, with an event saying why.
-func (p *provider) refuse(pod *corev1.Pod, why string) {
+func (p *provider) refuse(pod *corev1.Pod, reason, why string) {
 	msg := "refused by the shared node: " + why
-	p.recorder.Event(pod, corev1.EventTypeWarning, ReasonForbidden, msg)
+	p.recorder.Event(pod, corev1.EventTypeWarning, reason, msg)
 	failed := pod.DeepCopy()
-	failed.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: ReasonForbidden, Message: msg}
+	failed.Status = corev1.PodStatus{Phase: corev1.PodFailed, Reason: reason, Message: msg}
 	p.mu.Lock()
 	p.refused[pod.Namespace+"/"+pod.Name] = failed
 	p.mu.Unlock()
-	p.log.Info("refused a tenant pod", "pod", klog.KObj(pod), "why", why)
+	p.log.Info("refused a tenant pod", "pod", klog.KObj(pod), "reason", reason, "why", why)
 	p.send(failed)
 }
 
@@ -272,9 +289,21 @@ func (p *provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	// An in-place resize of the tenant pod is one of the host pod, through its resize
-	// subresource; the host's kubelet reports how it went in the status the tenant sees.
+	// subresource; the host's kubelet reports how it went in the status the tenant sees. One
+	// that asks for more than the tenant's share has room for is not made, as a kubelet leaves
+	// one its node has no room for.
+	if resized := current.DeepCopy(); withResources(resized, want) {
+		var full *quotaError
+		if err := p.admit(pod.UID, podRequests(resized)); errors.As(err, &full) {
+			p.recorder.Event(pod, corev1.EventTypeWarning, full.Reason(), "resize refused by the shared node: "+full.Error())
+			return nil
+		}
+	}
 	current, err = p.writeHostPod(ctx, current, func(next *corev1.Pod) bool { return withResources(next, want) },
 		func(next *corev1.Pod) (*corev1.Pod, error) { return pods.UpdateResize(ctx, next.Name, next, opts) })
+	if err != nil {
+		p.forget(pod.UID)
+	}
 	if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
 		p.recorder.Event(pod, corev1.EventTypeWarning, ReasonForbidden, "the host cluster refused the resize: "+err.Error())
 		return nil
@@ -321,6 +350,7 @@ func (p *provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
 	delete(p.refused, pod.Namespace+"/"+pod.Name)
 	p.mu.Unlock()
+	p.forget(pod.UID)
 	hostName := HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name)
 	opts := metav1.DeleteOptions{GracePeriodSeconds: pod.DeletionGracePeriodSeconds}
 	if uid := pod.UID; uid != "" {

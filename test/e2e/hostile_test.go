@@ -611,6 +611,45 @@ func TestHostileTenant(t *testing.T) {
 		}
 	})
 
+	t.Run("more of the shared nodes than the platform gives each tenant", func(t *testing.T) {
+		// The platform's share per tenant (chart value operator.sharedNodeQuota) is the shared
+		// node's allocatable. A pod bound there straight, past the tenant's scheduler, asking
+		// for more, is refused as a full kubelet refuses one; the host never sees it.
+		node, err := evil.CoreV1().Nodes().Get(ctx, sharedNode, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		capacity, allocatable := node.Status.Capacity.Cpu(), node.Status.Allocatable.Cpu()
+		if allocatable.Cmp(*capacity) >= 0 {
+			t.Fatalf("the shared node offers all of the host's %s CPUs (allocatable %s): no share in force", capacity, allocatable)
+		}
+		ask := allocatable.DeepCopy()
+		ask.Add(resource.MustParse("500m"))
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "greedy", Namespace: "default"},
+			Spec: corev1.PodSpec{NodeName: sharedNode, TerminationGracePeriodSeconds: ptr.To[int64](1),
+				Containers: []corev1.Container{{Name: "main", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"},
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: ask}}}}},
+		}
+		if _, err := evil.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = evil.CoreV1().Pods("default").Delete(ctx, pod.Name, metav1.DeleteOptions{}) }()
+		got := &corev1.Pod{}
+		err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			got, err = evil.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+			return err == nil && got.Status.Phase == corev1.PodFailed, nil
+		})
+		if err != nil || got.Status.Reason != "OutOfcpu" {
+			t.Fatalf("a pod asking for %s CPUs of a shared node with %s allocatable (%s capacity): phase %s, reason %q (%v); want Failed, OutOfcpu",
+				ask.String(), allocatable, capacity, got.Status.Phase, got.Status.Reason, err)
+		}
+		t.Logf("refused: %s", got.Status.Message)
+		if err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: clustertree.HostName(attacker.Name, "default", pod.Name)}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the host has a pod for the refused one: %v", err)
+		}
+	})
+
 	t.Run("a cert-manager issuer the platform does not allow", func(t *testing.T) {
 		minted := newVC(nsA, "minted", v1alpha1.ExposureClusterIP)
 		minted.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "platform-root-issuer", Kind: "ClusterIssuer"}}

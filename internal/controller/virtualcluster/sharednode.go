@@ -35,6 +35,9 @@ type SharedNodes struct {
 	Address string
 	// NodeName is the virtual node's name in every tenant.
 	NodeName string
+	// Quota is each tenant's share of the shared nodes (clustertree.Config.Quota); nil: all of
+	// them.
+	Quota corev1.ResourceList
 }
 
 // podSecurityLevel is the Pod Security level every VirtualCluster's namespace enforces: no host
@@ -156,6 +159,7 @@ func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI,
 		WokeAt:               wokeAt(vc),
 		TenantAddresses:      func(ctx context.Context) ([]netip.Prefix, error) { return r.tenantAddresses(ctx, vc) },
 		Capacity:             r.sharedCapacity,
+		Quota:                r.SharedNodes.Quota,
 		HostsImage:           r.Settings.Image,
 		HostsImagePullPolicy: r.Settings.ImagePullPolicy,
 		KubeletVersion:       version.KubernetesVersion(),

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -17,15 +18,16 @@ import (
 	"github.com/kubenest-io/kubenest/internal/testenv"
 )
 
-// TestPrivilegedGrant: the chart's admission policy lets only a host user with the verb
-// grant-privileged on virtualclusters make a tenant privileged on its lent nodes; creating and
-// editing VirtualClusters is not enough.
-func TestPrivilegedGrant(t *testing.T) {
+// TestGrants: the chart's admission policies let only a host user with the verb
+// grant-privileged on virtualclusters make a tenant privileged on its lent nodes, and only one
+// with grant-shared-quota give it a share of the shared nodes of its own; creating and editing
+// VirtualClusters is not enough.
+func TestGrants(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{APIServerFlags: []string{"--authorization-mode=RBAC"}})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := env.Client
-	testenv.CreateFromChartFile(t, ctx, c, "privileged-grant.yaml")
+	testenv.CreateFromChartFile(t, ctx, c, "grants.yaml")
 	for _, obj := range []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}},
 		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "vc-editor"}, Rules: []rbacv1.PolicyRule{{
@@ -35,6 +37,9 @@ func TestPrivilegedGrant(t *testing.T) {
 			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "tenant"}, {APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "platform"}}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "granters", Namespace: "team-a"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kubenest:privileged-grant"},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "platform"}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "quota-granters", Namespace: "team-a"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "kubenest:shared-quota-grant"},
 			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "platform"}}},
 	} {
 		if err := c.Create(ctx, obj); err != nil {
@@ -86,5 +91,41 @@ func TestPrivilegedGrant(t *testing.T) {
 	plain.Spec.Nodes.Shared = true
 	if err := tenant.Update(ctx, plain); err != nil {
 		t.Errorf("a tenant editing its granted VirtualCluster: %v", err)
+	}
+
+	// The share of the shared nodes: not at creation, nor by an edit, nor by a change, unless
+	// granted.
+	share := func(q string) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourcePods: resource.MustParse(q)}
+	}
+	big := vc("big", "")
+	big.Spec.Nodes.SharedQuota = share("1000")
+	if err := tenant.Create(ctx, big, client.DryRunAll); err == nil || !strings.Contains(err.Error(), "spec.nodes.sharedQuota") || !strings.Contains(err.Error(), "grant-shared-quota") {
+		t.Errorf("a tenant creating a VirtualCluster with a share of its own: %v", err)
+	}
+	if err := tenant.Get(ctx, client.ObjectKeyFromObject(plain), plain); err != nil {
+		t.Fatal(err)
+	}
+	plain.Spec.Nodes.SharedQuota = share("1000")
+	if err := tenant.Update(ctx, plain); err == nil || !strings.Contains(err.Error(), "grant-shared-quota") {
+		t.Errorf("a tenant giving its own VirtualCluster a share: %v", err)
+	}
+	if err := platform.Update(ctx, plain); err != nil {
+		t.Fatalf("the platform giving a share: %v", err)
+	}
+	if err := tenant.Get(ctx, client.ObjectKeyFromObject(plain), plain); err != nil {
+		t.Fatal(err)
+	}
+	plain.Spec.Nodes.SharedQuota = share("2000")
+	if err := tenant.Update(ctx, plain); err == nil || !strings.Contains(err.Error(), "grant-shared-quota") {
+		t.Errorf("a tenant raising the share it was given: %v", err)
+	}
+	plain.Spec.Nodes.SharedQuota = share("1000")
+	plain.Spec.Nodes.Shared = false
+	if err := tenant.Update(ctx, plain); err != nil {
+		t.Errorf("a tenant editing a VirtualCluster given a share, the share unchanged: %v", err)
+	}
+	if err := platform.Create(ctx, big); err != nil {
+		t.Errorf("the platform creating a VirtualCluster with a share: %v", err)
 	}
 }

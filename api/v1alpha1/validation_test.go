@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -45,7 +46,9 @@ func TestValidation(t *testing.T) {
 				v.Spec.Etcd = v1alpha1.EtcdSpec{Replicas: 3, Storage: v1alpha1.EtcdStorage{PersistentVolumeClaim: &v1alpha1.PersistentVolumeClaimStorage{
 					Size: resource.MustParse("2Gi"), StorageClassName: ptr.To("fast")}}}
 				v.Spec.Nodes = v1alpha1.NodesSpec{Shared: true, Promotions: []v1alpha1.NodePromotion{{Name: "gpu", Count: 2,
-					Selector: metav1.LabelSelector{MatchLabels: map[string]string{"gpu": "true"}}}}}
+					Selector: metav1.LabelSelector{MatchLabels: map[string]string{"gpu": "true"}}}},
+					SharedQuota: corev1.ResourceList{"cpu": resource.MustParse("8"), "memory": resource.MustParse("16Gi"), "pods": resource.MustParse("300"),
+						"ephemeral-storage": resource.MustParse("50Gi"), "hugepages-2Mi": resource.MustParse("1Gi"), "nvidia.com/gpu": resource.MustParse("2")}}
 				v.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "platform-ca", Kind: "ClusterIssuer"}}
 				v.Spec.Sleep.Asleep = true
 			})},
@@ -64,6 +67,12 @@ func TestValidation(t *testing.T) {
 			{name: "no node asked of a tenant exposed as ClusterIP", vc: vc("lend-none", func(v *v1alpha1.VirtualCluster) {
 				v.Spec.Nodes.Promotions = []v1alpha1.NodePromotion{{Name: "workers", Count: 0}}
 			})},
+			{name: "a share of something pods do not request", vc: vc("share-name", func(v *v1alpha1.VirtualCluster) {
+				v.Spec.Nodes.SharedQuota = corev1.ResourceList{"cpu": resource.MustParse("2"), "requests.cpu": resource.MustParse("2")}
+			}), errHas: []string{"spec.nodes.sharedQuota", "sharedQuota: requests.cpu is not a resource pods request"}},
+			{name: "a negative share", vc: vc("share-negative", func(v *v1alpha1.VirtualCluster) {
+				v.Spec.Nodes.SharedQuota = corev1.ResourceList{"memory": resource.MustParse("-1Gi")}
+			}), errHas: []string{"spec.nodes.sharedQuota", "quantities must not be negative"}},
 			{name: "name too long", vc: vc(strings.Repeat("a", 41), nil),
 				errHas: []string{"metadata.name must be at most 40 characters"}},
 			{name: "name with a dot", vc: vc("a.b", nil),

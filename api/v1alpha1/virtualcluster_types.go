@@ -312,6 +312,19 @@ type NodesSpec struct {
 	// node runs no privileged pod either way.
 	// +optional
 	PodSecurity NodePodSecurity `json:"podSecurity,omitempty"`
+
+	// sharedQuota is, for each resource it names, the most the tenant's pods on the shared node
+	// may request together (pods: how many there may be), in place of the platform's share of
+	// that resource for every tenant (the operator's --shared-node-quota, chart value
+	// operator.sharedNodeQuota). The shared node's allocatable resources are the host's within
+	// it; a pod bound there that does not fit fails with reason OutOf<resource>. Setting or
+	// changing it takes the verb "grant-shared-quota" on virtualclusters (kubenest.io) in the
+	// host: a tenant's users do not give themselves more of the host.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=8
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['cpu', 'memory', 'ephemeral-storage', 'pods'] || k.startsWith('hugepages-') || (k.contains('/') && !k.startsWith('kubernetes.io/') && !k.startsWith('requests.')))",messageExpression="'sharedQuota: ' + self.filter(k, !(k in ['cpu', 'memory', 'ephemeral-storage', 'pods'] || k.startsWith('hugepages-') || (k.contains('/') && !k.startsWith('kubernetes.io/') && !k.startsWith('requests.'))))[0] + ' is not a resource pods request (cpu, memory, ephemeral-storage, hugepages-<size>, an extended resource such as example.com/gpu) nor pods'"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !quantity(string(self[k])).isLessThan(quantity('0')))",message="sharedQuota: quantities must not be negative"
+	SharedQuota corev1.ResourceList `json:"sharedQuota,omitempty"`
 }
 
 // NodePodSecurity is a Pod Security level for the pods on a tenant's nodes.

@@ -2,6 +2,7 @@ package clustertree
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -179,4 +180,14 @@ func ParseQuota(s string) (corev1.ResourceList, error) {
 		out[rn] = q
 	}
 	return out, nil
+}
+
+// FormatQuota writes a quota as ParseQuota reads it, its resources in order.
+func FormatQuota(quota corev1.ResourceList) string {
+	pairs := make([]string, 0, len(quota))
+	for name, q := range quota {
+		pairs = append(pairs, string(name)+"="+q.String())
+	}
+	slices.Sort(pairs)
+	return strings.Join(pairs, ",")
 }

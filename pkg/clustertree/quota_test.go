@@ -24,6 +24,9 @@ func TestParseQuota(t *testing.T) {
 			t.Errorf("ParseQuota: %s = %s, want %s", name, g.String(), q)
 		}
 	}
+	if s := clustertree.FormatQuota(got); s != "cpu=2,ephemeral-storage=20Gi,hugepages-2Mi=1Gi,memory=4Gi,nvidia.com/gpu=1,pods=110" {
+		t.Errorf("FormatQuota: %s", s)
+	}
 	if q, err := clustertree.ParseQuota(""); q != nil || err != nil {
 		t.Errorf("ParseQuota(\"\") = %v, %v; want no quota", q, err)
 	}

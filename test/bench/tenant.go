@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -56,15 +57,17 @@ func namespace(ctx context.Context, e *env, name string) (string, func(), error)
 	return name, cleanup, nil
 }
 
-// sharedTenant creates a VirtualCluster with the shared node in a namespace of its own and
+// sharedTenant creates a VirtualCluster with the shared node, room there for pods pods (a share
+// of the shared nodes the bench grants as the host's admin), in a namespace of its own, and
 // returns a client of the tenant once its virtual node is Ready.
-func sharedTenant(ctx context.Context, e *env, name string) (kubernetes.Interface, func(), error) {
+func sharedTenant(ctx context.Context, e *env, name string, pods int) (kubernetes.Interface, func(), error) {
 	ns, cleanupNS, err := namespace(ctx, e, name)
 	if err != nil {
 		return nil, nil, err
 	}
 	vc := benchVC(ns, "bench")
 	vc.Spec.Nodes.Shared = true
+	vc.Spec.Nodes.SharedQuota = corev1.ResourceList{corev1.ResourcePods: *resource.NewQuantity(int64(pods), resource.DecimalSI)}
 	if err := e.host.Create(ctx, vc); err != nil {
 		cleanupNS()
 		return nil, nil, err

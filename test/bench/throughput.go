@@ -129,7 +129,7 @@ func throughput(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	timeout := fs.Duration("timeout", 15*time.Minute, "how long one Deployment may take to be all Running")
 	_ = fs.Parse(args)
 
-	tenant, cleanup, err := sharedTenant(ctx, e, "bench-throughput")
+	tenant, cleanup, err := sharedTenant(ctx, e, "bench-throughput", *pods)
 	if err != nil {
 		return nil, err
 	}

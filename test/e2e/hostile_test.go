@@ -671,7 +671,7 @@ func TestHostileTenant(t *testing.T) {
 	})
 
 	admin := namespaceEditor(t, ctx, nsA)
-	t.Run("a host user of the tenant's namespace cannot grant itself privileged pods", func(t *testing.T) {
+	t.Run("a host user of the tenant's namespace cannot grant itself privileged pods, nor more of the shared nodes", func(t *testing.T) {
 		got := &v1alpha1.VirtualCluster{}
 		if err := admin.Get(ctx, client.ObjectKeyFromObject(attacker), got); err != nil {
 			t.Fatal(err)
@@ -681,6 +681,9 @@ func TestHostileTenant(t *testing.T) {
 		got.Spec.Nodes.PodSecurity = ""
 		got.Spec.ControlPlane.APIServer.ExtraArgs = map[string]string{"kubenest-node-pod-security": "privileged"}
 		refused(t, "the namespace's editor setting the guard's flag through extraArgs", admin.Update(ctx, got), "is set by the operator and cannot be overridden")
+		got.Spec.ControlPlane.APIServer.ExtraArgs = nil
+		got.Spec.Nodes.SharedQuota = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}
+		refused(t, "the namespace's editor setting spec.nodes.sharedQuota", admin.Update(ctx, got), "grant-shared-quota")
 	})
 
 	t.Run("a certificate of its own in the tenant's certificate Secret, out of the operator's cache", func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"time"
@@ -71,9 +72,13 @@ func (r *Reconciler) reconcileSharedNode(ctx context.Context, vc *v1alpha1.Virtu
 	if err != nil {
 		return 0, err
 	}
-	fingerprint := fingerprintOf(p.authorities.CABundle(), p.rotationRequest, tenantCfg.Host, exp.ClusterIP, r.SharedNodes.Address, string(vc.UID), vc.Status.ServiceCIDR)
+	// A new share restarts the node, which then admits pods against it (nothing of the
+	// tenant's is lost in a restart).
+	quota := r.sharedQuota(vc)
+	fingerprint := fingerprintOf(p.authorities.CABundle(), p.rotationRequest, tenantCfg.Host, exp.ClusterIP, r.SharedNodes.Address, string(vc.UID), vc.Status.ServiceCIDR,
+		clustertree.FormatQuota(quota))
 	err = r.SharedNodes.Manager.Ensure(key, fingerprint, func() (clustertree.Config, time.Time, error) {
-		return r.sharedNodeConfig(vc, p, exp, tenantCfg)
+		return r.sharedNodeConfig(vc, p, exp, tenantCfg, quota)
 	})
 	if err != nil {
 		return 0, err
@@ -96,7 +101,7 @@ const sharedNodeRetryInterval = 10 * time.Second
 
 // sharedNodeConfig issues the virtual node's certificates from the tenant's CA: a client
 // certificate for clustertree in the tenant, and the kubelet API's serving certificate.
-func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI, exp controlplane.Exposure, admin *rest.Config) (clustertree.Config, time.Time, error) {
+func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI, exp controlplane.Exposure, admin *rest.Config, quota corev1.ResourceList) (clustertree.Config, time.Time, error) {
 	now := r.Clock.Now()
 	ca := p.authorities.CA
 	client, err := ca.Issue(pki.CertSpec{CommonName: controlplane.ClusterTreeUser, Usage: pki.UsageClient, Validity: p.leafValidity}, now)
@@ -159,11 +164,25 @@ func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI,
 		WokeAt:               wokeAt(vc),
 		TenantAddresses:      func(ctx context.Context) ([]netip.Prefix, error) { return r.tenantAddresses(ctx, vc) },
 		Capacity:             r.sharedCapacity,
-		Quota:                r.SharedNodes.Quota,
+		Quota:                quota,
 		HostsImage:           r.Settings.Image,
 		HostsImagePullPolicy: r.Settings.ImagePullPolicy,
 		KubeletVersion:       version.KubernetesVersion(),
 	}, renewAt, nil
+}
+
+// sharedQuota is vc's share of the shared nodes: the platform's for every tenant, each resource
+// spec.nodes.sharedQuota names (which only the platform may set) in its place.
+func (r *Reconciler) sharedQuota(vc *v1alpha1.VirtualCluster) corev1.ResourceList {
+	if len(vc.Spec.Nodes.SharedQuota) == 0 {
+		return r.SharedNodes.Quota
+	}
+	out := r.SharedNodes.Quota.DeepCopy()
+	if out == nil {
+		out = corev1.ResourceList{}
+	}
+	maps.Copy(out, vc.Spec.Nodes.SharedQuota)
+	return out
 }
 
 // tenantAddresses are the addresses of vc's pods that the host knows, beside those of its pods

@@ -212,6 +212,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: shared
       type:
         scalar: boolean
+    - name: sharedQuota
+      type:
+        namedType: io.k8s.api.core.v1.ResourceList
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.PKISpec
   map:
     fields:

@@ -4,6 +4,7 @@ package v1alpha1
 
 import (
 	apiv1alpha1 "github.com/kubenest-io/kubenest/api/v1alpha1"
+	v1 "k8s.io/api/core/v1"
 )
 
 // NodesSpecApplyConfiguration represents a declarative configuration of the NodesSpec type for use
@@ -27,6 +28,14 @@ type NodesSpecApplyConfiguration struct {
 	// Quarantined and its kubelet stays stopped) until the platform marks it clean. The shared
 	// node runs no privileged pod either way.
 	PodSecurity *apiv1alpha1.NodePodSecurity `json:"podSecurity,omitempty"`
+	// sharedQuota is, for each resource it names, the most the tenant's pods on the shared node
+	// may request together (pods: how many there may be), in place of the platform's share of
+	// that resource for every tenant (the operator's --shared-node-quota, chart value
+	// operator.sharedNodeQuota). The shared node's allocatable resources are the host's within
+	// it; a pod bound there that does not fit fails with reason OutOf<resource>. Setting or
+	// changing it takes the verb "grant-shared-quota" on virtualclusters (kubenest.io) in the
+	// host: a tenant's users do not give themselves more of the host.
+	SharedQuota *v1.ResourceList `json:"sharedQuota,omitempty"`
 }
 
 // NodesSpecApplyConfiguration constructs a declarative configuration of the NodesSpec type for use with
@@ -61,5 +70,13 @@ func (b *NodesSpecApplyConfiguration) WithShared(value bool) *NodesSpecApplyConf
 // If called multiple times, the PodSecurity field is set to the value of the last call.
 func (b *NodesSpecApplyConfiguration) WithPodSecurity(value apiv1alpha1.NodePodSecurity) *NodesSpecApplyConfiguration {
 	b.PodSecurity = &value
+	return b
+}
+
+// WithSharedQuota sets the SharedQuota field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SharedQuota field is set to the value of the last call.
+func (b *NodesSpecApplyConfiguration) WithSharedQuota(value v1.ResourceList) *NodesSpecApplyConfiguration {
+	b.SharedQuota = &value
 	return b
 }

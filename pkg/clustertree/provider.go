@@ -153,6 +153,8 @@ func (p *provider) createPod(ctx context.Context, pod *corev1.Pod) (err error) {
 	if err := p.admit(pod.UID, podRequests(hostPod)); errors.As(err, &full) {
 		p.refuse(pod, full.Reason(), full.Error())
 		return nil
+	} else if err != nil {
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -297,6 +299,8 @@ func (p *provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 		if err := p.admit(pod.UID, podRequests(resized)); errors.As(err, &full) {
 			p.recorder.Event(pod, corev1.EventTypeWarning, full.Reason(), "resize refused by the shared node: "+full.Error())
 			return nil
+		} else if err != nil {
+			return err
 		}
 	}
 	current, err = p.writeHostPod(ctx, current, func(next *corev1.Pod) bool { return withResources(next, want) },

@@ -75,17 +75,26 @@ func (p *provider) admit(uid types.UID, requests corev1.ResourceList) error {
 	}
 	p.admitMu.Lock()
 	defer p.admitMu.Unlock()
-	others, had := p.inUse(uid)
+	others, leaving, had := p.inUse(uid)
 	for name, limit := range p.quota {
 		want, asked := requests[name]
 		if !asked || want.Cmp(had[name]) <= 0 {
 			continue
 		}
-		total := others[name].DeepCopy()
+		used := others[name]
+		total := used.DeepCopy()
 		total.Add(want)
-		if total.Cmp(limit) > 0 {
-			return &quotaError{name: name, requested: want, used: others[name], quota: limit}
+		if total.Cmp(limit) <= 0 {
+			continue
 		}
+		if total.Sub(leaving[name]); total.Cmp(limit) <= 0 {
+			// The tenant's scheduler no longer counts the pods on their way out, the host
+			// still runs them: the pod waits for them rather than fail (its controller would
+			// only make another, which the scheduler would place here again).
+			return fmt.Errorf("waiting for the tenant's pods leaving the shared node to free %s (%s requested, %s in use of %s)",
+				name, want.String(), used.String(), limit.String())
+		}
+		return &quotaError{name: name, requested: want, used: used, quota: limit}
 	}
 	p.admitted[uid] = admission{requests: requests, at: time.Now()}
 	return nil
@@ -104,9 +113,11 @@ func (p *provider) forget(uid types.UID) {
 // inUse is what the tenant's running pods on the shared node ask for, but the pod uid, and
 // what that one asks for: the host pods that have not ended, each with its latest admitted
 // requests if the cache may not show them yet, and the pods admitted whose host pods the cache
-// does not hold yet. The caller holds admitMu.
-func (p *provider) inUse(uid types.UID) (others, had corev1.ResourceList) {
-	others, had = corev1.ResourceList{}, corev1.ResourceList{}
+// does not hold yet. leaving is the part of others that host pods on their way out ask for:
+// deleted, or whose tenant pod is gone or has ended, which the tenant's scheduler no longer
+// counts. The caller holds admitMu.
+func (p *provider) inUse(uid types.UID) (others, leaving, had corev1.ResourceList) {
+	others, leaving, had = corev1.ResourceList{}, corev1.ResourceList{}, corev1.ResourceList{}
 	now := time.Now()
 	for u, a := range p.admitted {
 		if now.Sub(a.at) > admissionMemory {
@@ -137,13 +148,26 @@ func (p *provider) inUse(uid types.UID) (others, had corev1.ResourceList) {
 			continue
 		}
 		add(others, requests)
+		if p.leaving(hp) {
+			add(leaving, requests)
+		}
 	}
 	for u, a := range p.admitted {
 		if !seen[u] && u != uid {
 			add(others, a.requests)
 		}
 	}
-	return others, had
+	return others, leaving, had
+}
+
+// leaving says whether a host pod is on its way out: deleted, or its tenant pod gone or ended.
+func (p *provider) leaving(hp *corev1.Pod) bool {
+	if hp.DeletionTimestamp != nil {
+		return true
+	}
+	tenant, err := p.tenantPods.Pods(hp.Annotations[AnnotationTenantNamespace]).Get(hp.Annotations[AnnotationTenantName])
+	return err != nil || string(tenant.UID) != hp.Annotations[AnnotationTenantUID] ||
+		tenant.Status.Phase == corev1.PodSucceeded || tenant.Status.Phase == corev1.PodFailed
 }
 
 // ParseQuota reads a quota written as the operator's --shared-node-quota takes it:

@@ -651,7 +651,7 @@ func TestSync(t *testing.T) {
 		}
 		// Bound straight to the node, past the tenant's scheduler (which sees 3 CPUs
 		// allocatable, and would place neither the second pod nor the resize).
-		for _, name := range []string{"big-1", "big-2", "small"} {
+		for _, name := range []string{"big-1", "big-2", "small"} { // and "next", below
 			defer func() {
 				if err := tc.CoreV1().Pods(tenantNS).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
 					t.Error(err)
@@ -705,6 +705,38 @@ func TestSync(t *testing.T) {
 		if got := hostCPU(ctx); got != "2500m" {
 			t.Errorf("a resize beyond the quota: the host pod asks for %s CPU, want 2500m as before", got)
 		}
+
+		// A pod that fits only once a deleted pod's host pod is gone (the host kubelet still
+		// stops it) waits for that, rather than fail. Bound to a host node, as the host's
+		// scheduler would, the host pod goes only when the host's kubelet says so.
+		big1 := clustertree.HostName(vcName, tenantNS, "big-1")
+		if err := hc.CoreV1().Pods(hostNS).Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: big1},
+			Target: corev1.ObjectReference{Kind: "Node", Name: "kn-worker-1"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.CoreV1().Pods(tenantNS).Delete(ctx, "big-1", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](30)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+			hp, err := hc.CoreV1().Pods(hostNS).Get(ctx, big1, metav1.GetOptions{})
+			return err == nil && hp.DeletionTimestamp != nil, nil
+		}); err != nil {
+			t.Fatalf("big-1's host pod not being deleted: %v", err)
+		}
+		createTenantPod(t, ctx, tc, cpu("next", "2500m"))
+		defer func() { _ = tc.CoreV1().Pods(tenantNS).Delete(ctx, "next", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}) }()
+		time.Sleep(2 * time.Second)
+		if got, err := tc.CoreV1().Pods(tenantNS).Get(ctx, "next", metav1.GetOptions{}); err != nil || got.Status.Phase == corev1.PodFailed {
+			t.Fatalf("a pod waiting for a leaving one: %v, phase %s %s", err, got.Status.Phase, got.Status.Reason)
+		}
+		if _, err := hc.CoreV1().Pods(hostNS).Get(ctx, clustertree.HostName(vcName, tenantNS, "next"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("a host pod for the waiting pod while the leaving one still runs: %v", err)
+		}
+		// The host's kubelet finishes stopping big-1.
+		if err := hc.CoreV1().Pods(hostNS).Delete(ctx, big1, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+		waitHostPod(t, ctx, hc, clustertree.HostName(vcName, tenantNS, "next"))
 	})
 
 	t.Run("restart rebuilds from both sides", func(t *testing.T) {

@@ -724,7 +724,9 @@ func TestSync(t *testing.T) {
 			t.Fatalf("big-1's host pod not being deleted: %v", err)
 		}
 		createTenantPod(t, ctx, tc, cpu("next", "2500m"))
-		defer func() { _ = tc.CoreV1().Pods(tenantNS).Delete(ctx, "next", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}) }()
+		defer func() {
+			_ = tc.CoreV1().Pods(tenantNS).Delete(ctx, "next", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		}()
 		time.Sleep(2 * time.Second)
 		if got, err := tc.CoreV1().Pods(tenantNS).Get(ctx, "next", metav1.GetOptions{}); err != nil || got.Status.Phase == corev1.PodFailed {
 			t.Fatalf("a pod waiting for a leaving one: %v, phase %s %s", err, got.Status.Phase, got.Status.Reason)

@@ -266,9 +266,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 			return reconcile.Result{}, err
 		}
 	}
+	var gatewayRetry time.Duration
 	if gatewayPort == 0 {
-		if err := r.releaseWakeGateway(ctx, vc); err != nil {
+		released, err := r.releaseWakeGateway(ctx, vc)
+		if err != nil {
 			return reconcile.Result{}, err
+		}
+		if !released {
+			gatewayRetry = time.Second // nothing this controller watches says when it may
 		}
 	}
 	exposure, err := r.exposure(ctx, vc, apiSvc)
@@ -443,7 +448,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	for _, in := range []time.Duration{sharedNodeRetry, lending, startRetry} {
+	for _, in := range []time.Duration{sharedNodeRetry, lending, startRetry, gatewayRetry} {
 		if in > 0 && (result.RequeueAfter == 0 || in < result.RequeueAfter) {
 			result.RequeueAfter = in
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/kubectl/pkg/util/podutils"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -130,17 +132,48 @@ func (r *Reconciler) gatewayHolds(ctx context.Context, vc *v1alpha1.VirtualClust
 	return port, nil
 }
 
-// releaseWakeGateway leads the apiserver Service back to the apiservers: the gateway's
-// EndpointSlice is removed on every pass of an awake tenant that ever slept, as one left
-// behind by an operator that restarted meanwhile would lead connections to an address that no
-// longer answers.
-func (r *Reconciler) releaseWakeGateway(ctx context.Context, vc *v1alpha1.VirtualCluster) error {
+// releaseWakeGateway leads the apiserver Service back to the apiservers, and says whether it
+// did. The gateway's EndpointSlice goes once the host's EndpointSlice controller leads the
+// Service to a Ready apiserver, not before: a Service with neither (the gateway's removed, the
+// controller's not made yet) refuses connections, to kubectl calls made the moment the tenant
+// is Ready among them; until then the gateway splices what it receives to the awake apiserver.
+// It is removed on every pass of an awake tenant that ever slept, as one left behind by an
+// operator that restarted meanwhile would lead connections to an address that no longer
+// answers.
+func (r *Reconciler) releaseWakeGateway(ctx context.Context, vc *v1alpha1.VirtualCluster) (bool, error) {
 	if r.Wake == nil || meta.FindStatusCondition(vc.Status.Conditions, v1alpha1.ConditionAsleep) == nil {
-		return nil
+		return true, nil
+	}
+	// Read live, and the controller's slices only while the gateway's is there: the operator
+	// caches no EndpointSlices.
+	gateway := controlplane.WakeEndpointSlice(vc, r.Wake.Address, 0)
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(gateway), &discoveryv1.EndpointSlice{})
+	if apierrors.IsNotFound(err) {
+		r.Wake.Release(client.ObjectKeyFromObject(vc))
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	led := &discoveryv1.EndpointSliceList{}
+	if err := r.APIReader.List(ctx, led, client.InNamespace(vc.Namespace), client.MatchingLabels{
+		discoveryv1.LabelServiceName: naming.For(vc.Name).APIServerService(),
+		discoveryv1.LabelManagedBy:   endpointSliceControllerName,
+	}); err != nil {
+		return false, err
+	}
+	if !slices.ContainsFunc(led.Items, func(s discoveryv1.EndpointSlice) bool {
+		return slices.ContainsFunc(s.Endpoints, func(e discoveryv1.Endpoint) bool { return ptr.Deref(e.Conditions.Ready, false) })
+	}) {
+		return false, nil
 	}
 	r.Wake.Release(client.ObjectKeyFromObject(vc))
-	return client.IgnoreNotFound(r.Client.Delete(ctx, controlplane.WakeEndpointSlice(vc, r.Wake.Address, 0)))
+	return true, client.IgnoreNotFound(r.Client.Delete(ctx, gateway))
 }
+
+// endpointSliceControllerName is the managed-by label of the host's EndpointSlice controller's
+// slices.
+const endpointSliceControllerName = "endpointslice-controller.k8s.io"
 
 // leadToWakeGateway gives the gateway, listening for the tenant on port, the certificates it
 // answers with, and leads the apiserver Service (applied without its selector) there.

@@ -10,7 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	quotav1 "k8s.io/apiserver/pkg/quota/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 )
 
@@ -124,19 +126,12 @@ func (p *provider) inUse(uid types.UID) (others, leaving, had corev1.ResourceLis
 			delete(p.admitted, u)
 		}
 	}
-	add := func(to, from corev1.ResourceList) {
-		for name, q := range from {
-			sum := to[name]
-			sum.Add(q)
-			to[name] = sum
-		}
-	}
 	hostPods, _ := p.hostPods.Pods(p.tr.HostNamespace).List(labels.SelectorFromSet(HostSelector(p.tr.VirtualCluster)))
 	seen := map[types.UID]bool{}
 	for _, hp := range hostPods {
 		u := types.UID(hp.Annotations[AnnotationTenantUID])
 		seen[u] = true
-		if hp.Status.Phase == corev1.PodSucceeded || hp.Status.Phase == corev1.PodFailed {
+		if podutil.IsPodTerminal(hp) {
 			continue
 		}
 		requests := podRequests(hp)
@@ -147,14 +142,14 @@ func (p *provider) inUse(uid types.UID) (others, leaving, had corev1.ResourceLis
 			had = requests
 			continue
 		}
-		add(others, requests)
+		others = quotav1.Add(others, requests)
 		if p.leaving(hp) {
-			add(leaving, requests)
+			leaving = quotav1.Add(leaving, requests)
 		}
 	}
 	for u, a := range p.admitted {
 		if !seen[u] && u != uid {
-			add(others, a.requests)
+			others = quotav1.Add(others, a.requests)
 		}
 	}
 	return others, leaving, had
@@ -166,8 +161,7 @@ func (p *provider) leaving(hp *corev1.Pod) bool {
 		return true
 	}
 	tenant, err := p.tenantPods.Pods(hp.Annotations[AnnotationTenantNamespace]).Get(hp.Annotations[AnnotationTenantName])
-	return err != nil || string(tenant.UID) != hp.Annotations[AnnotationTenantUID] ||
-		tenant.Status.Phase == corev1.PodSucceeded || tenant.Status.Phase == corev1.PodFailed
+	return err != nil || string(tenant.UID) != hp.Annotations[AnnotationTenantUID] || podutil.IsPodTerminal(tenant)
 }
 
 // ParseQuota reads a quota written as the operator's --shared-node-quota takes it:

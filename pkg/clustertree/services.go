@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 
 	"github.com/kubenest-io/kubenest/internal/iphold"
 )
@@ -140,7 +141,7 @@ func (a Addresses) Contains(ip netip.Addr) bool {
 // network (they are its node's; clustertree never makes such a pod, but someone with edit in
 // the host namespace might try).
 func podAddresses(pod *corev1.Pod) []netip.Addr {
-	if pod.Spec.HostNetwork || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if pod.Spec.HostNetwork || podutil.IsPodTerminal(pod) {
 		return nil
 	}
 	var out []netip.Addr

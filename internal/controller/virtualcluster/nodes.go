@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -185,7 +186,7 @@ func (r *Reconciler) controlPlaneNodes(ctx context.Context) (map[string]string, 
 	}
 	out := map[string]string{}
 	for _, p := range pods.Items {
-		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Spec.NodeName == "" || podutil.IsPodTerminal(&p) {
 			continue
 		}
 		if _, seen := out[p.Spec.NodeName]; !seen {

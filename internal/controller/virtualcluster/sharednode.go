@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	quotav1 "k8s.io/apiserver/pkg/quota/v1"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -245,11 +246,7 @@ func (r *Reconciler) sharedCapacity(ctx context.Context) (corev1.ResourceList, e
 		if n.Spec.Unschedulable || !nodeReady(&n) {
 			continue
 		}
-		for name, q := range n.Status.Allocatable {
-			sum := total[name]
-			sum.Add(q)
-			total[name] = sum
-		}
+		total = quotav1.Add(total, n.Status.Allocatable)
 	}
 	if _, ok := total[corev1.ResourcePods]; !ok {
 		total[corev1.ResourcePods] = resource.MustParse("0")

@@ -235,7 +235,7 @@ e2e: previous-release $(HELM) ## End-to-end tests against the local cluster ('ma
 # The previous release, which TestOperatorUpgrade upgrades from: the last commit that landed
 # before this one's work began. Its tree is exported (git archive) into _output/previous and its
 # KubeNest and tenant DNS images built there and loaded into the local cluster under their own tags.
-PREVIOUS_RELEASE := 35c8e5ee3c4c183bf480bace6c962eadd6bee09e
+PREVIOUS_RELEASE := 3125b3a013f3c2dde2bec196b419d8a6b488a98f
 PREVIOUS_DIR := _output/previous
 PREVIOUS_VERSION := release-$(shell echo $(PREVIOUS_RELEASE) | cut -c1-12)
 

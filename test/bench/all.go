@@ -71,12 +71,14 @@ func all(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	})
 	run("throughput", func() ([]Figure, error) { return throughput(ctx, e, []string{fmt.Sprintf("--pods=%d", *pods)}) })
 	// Last, on the host the runs above have just used (tenants, hundreds of pods and Services
-	// come and gone): create→Ready there, against the first run's on the host as it was.
+	// come and gone; throughput waits until the nodes are done with its pods): create→Ready
+	// there, against the first run's on the host as it was. What the host keeps of them shows
+	// here; the tail of their teardown does not.
 	run("create after the others", func() ([]Figure, error) {
 		got, err := createReady(ctx, e, []string{"--count=5", "--series=sequential"})
 		for i := range got {
 			got[i].Name = strings.Replace(got[i].Name, ", sequential,", ", sequential, after the other benchmarks,", 1)
-			got[i].Method += "; right after the other benchmarks of this run (throughput last), on the host they used"
+			got[i].Method += "; after the other benchmarks of this run (throughput last, once the host's nodes were done with its pods), on the host they used"
 		}
 		return got, err
 	})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -48,10 +49,7 @@ func down(c config) error {
 			errs = append(errs, run("ip", "netns", "delete", n.name))
 		}
 		errs = append(errs, removeCgroups(n.name))
-		cache, _ := filepath.Glob("/var/lib/cni/results/" + n.name + "-*")
-		for _, f := range cache {
-			errs = append(errs, os.Remove(f))
-		}
+		errs = append(errs, removePodNetworks(cniResultsDir, n.name))
 	}
 	if exec.Command("ip", "link", "show", bridgeName).Run() == nil {
 		errs = append(errs, run("ip", "link", "delete", bridgeName))
@@ -206,6 +204,72 @@ func removeCgroups(name string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cniResultsDir is where libcni caches each pod network's result.
+const cniResultsDir = "/var/lib/cni/results"
+
+// removePodNetworks removes what the node's pods' networks leave when their containerd is gone
+// without tearing them down (its processes were killed while the machine kept running, so
+// removePods could not ask it): each pod's network namespace, a mount that outlives every
+// process, and the CNI results cached for the pod. The node's network is named after it, so
+// its cached results say which namespaces were its pods' (and their loopback twins, which
+// containerd caches under the shared name cni-loopback, by the same sandbox ID).
+func removePodNetworks(resultsDir, node string) error {
+	var errs []error
+	for _, f := range podNetworkResults(resultsDir, node) {
+		if f.netns != "" {
+			if err := syscall.Unmount(f.netns, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+				errs = append(errs, fmt.Errorf("unmounting pod network namespace %s: %w", f.netns, err))
+			} else if err := os.Remove(f.netns); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+		for _, cached := range f.files {
+			if err := os.Remove(cached); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// podNetwork is one pod sandbox's network as libcni cached it: the namespace (empty when the
+// result names none this package would remove) and the cache files to remove.
+type podNetwork struct {
+	netns string
+	files []string
+}
+
+// podNetworkResults reads the node's cached CNI results in resultsDir. Only a namespace under
+// /run/netns (or /var/run/netns) named cni-* (containerd's) is returned for removal.
+func podNetworkResults(resultsDir, node string) []podNetwork {
+	cached, _ := filepath.Glob(filepath.Join(resultsDir, node+"-*"))
+	var out []podNetwork
+	for _, f := range cached {
+		pn := podNetwork{files: []string{f}}
+		var r struct {
+			ContainerID string `json:"containerId"`
+			Result      struct {
+				Interfaces []struct {
+					Sandbox string `json:"sandbox"`
+				} `json:"interfaces"`
+			} `json:"result"`
+		}
+		if data, err := os.ReadFile(f); err == nil && json.Unmarshal(data, &r) == nil {
+			for _, i := range r.Result.Interfaces {
+				dir, name := filepath.Split(filepath.Clean(i.Sandbox))
+				if (dir == "/run/netns/" || dir == "/var/run/netns/") && strings.HasPrefix(name, "cni-") {
+					pn.netns = filepath.Clean(i.Sandbox)
+				}
+			}
+			if r.ContainerID != "" && !strings.ContainsRune(r.ContainerID, '/') {
+				pn.files = append(pn.files, filepath.Join(resultsDir, "cni-loopback-"+r.ContainerID+"-lo"))
+			}
+		}
+		out = append(out, pn)
+	}
+	return out
 }
 
 func netnsExists(name string) bool {

@@ -29,7 +29,7 @@ func Wipe(ctx context.Context, runtimeEndpoint, kubeletRoot string) error {
 	if err != nil {
 		return fmt.Errorf("connecting to the container runtime at %s: %w", runtimeEndpoint, err)
 	}
-	if err := removePods(ctx, rt); err != nil {
+	if err := RemovePods(ctx, rt); err != nil {
 		return err
 	}
 	if err := unmountUnder(filepath.Join(kubeletRoot, "pods")); err != nil {
@@ -43,13 +43,13 @@ func Wipe(ctx context.Context, runtimeEndpoint, kubeletRoot string) error {
 	return nil
 }
 
-// removePods stops every pod sandbox of the runtime and removes it. A runtime can fail to
+// RemovePods stops every pod sandbox of the runtime and removes it. A runtime can fail to
 // remove the records of a pod it has stopped: containerd 1.6 keeps a container whose start
 // timed out on a saturated node with a task it cannot delete, for good. Stopped, such a pod
 // runs nothing and holds no address, so its records are left to the runtime (the next
 // kubelet's garbage collection tries again) rather than the node staying between clusters.
 // A pod with a container the runtime does not report exited is never left.
-func removePods(ctx context.Context, rt internalapi.RuntimeService) error {
+func RemovePods(ctx context.Context, rt internalapi.RuntimeService) error {
 	log := klog.FromContext(ctx)
 	pods, err := rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{})
 	if err != nil {

@@ -40,13 +40,13 @@ func TestRemovePodsStoppedButKept(t *testing.T) {
 			rt := critesting.NewFakeRuntimeService()
 			rt.SetFakeSandboxes([]*critesting.FakePodSandbox{sandbox("fine"), sandbox("stuck")})
 			rt.SetFakeContainers([]*critesting.FakeContainer{container("wedged", "stuck", tc.state)})
-			err := removePods(context.Background(), &refuseOne{FakeRuntimeService: rt, id: "stuck", err: refused})
+			err := RemovePods(context.Background(), &refuseOne{FakeRuntimeService: rt, id: "stuck", err: refused})
 			if tc.wantErr == "" {
 				if err != nil {
-					t.Fatalf("removePods: %v", err)
+					t.Fatalf("RemovePods: %v", err)
 				}
 			} else if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "ns/stuck") {
-				t.Fatalf("removePods: %v, want an error naming ns/stuck and %q", err, tc.wantErr)
+				t.Fatalf("RemovePods: %v, want an error naming ns/stuck and %q", err, tc.wantErr)
 			}
 			if got := rt.Sandboxes["stuck"].State; got != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
 				t.Errorf("the stuck sandbox is %s, want it stopped", got)

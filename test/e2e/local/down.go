@@ -13,8 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criclient "k8s.io/cri-client/pkg"
+
+	"github.com/kubenest-io/kubenest/pkg/nodepool/agent"
 )
 
 // down stops what up started and removes what it created. It works on a half-built cluster
@@ -37,6 +38,7 @@ func down(c config) error {
 	errs = append(errs, c.stopRecorded(isNode))
 	for _, n := range nodes {
 		errs = append(errs, c.killShims(n))
+		errs = append(errs, killCgroupProcs(n.name))
 	}
 	// The control plane last, each component before what it depends on.
 	for _, names := range [][]string{{"kube-scheduler", "kube-controller-manager"}, {"kube-apiserver"}, {"etcd"}} {
@@ -63,8 +65,8 @@ func down(c config) error {
 	return c.checkNothingLeft()
 }
 
-// existingNodes finds the nodes of a cluster that may be half built: by network namespace and
-// by state directory.
+// existingNodes finds the nodes of a cluster that may be half built or half removed: by
+// network namespace, state directory and cgroup.
 func (c config) existingNodes() ([]node, error) {
 	names := map[string]bool{}
 	out, err := exec.Command("ip", "netns", "list").Output()
@@ -79,6 +81,14 @@ func (c config) existingNodes() ([]node, error) {
 	dirs, _ := os.ReadDir(filepath.Join(c.stateDir, "nodes"))
 	for _, d := range dirs {
 		names[d.Name()] = true
+	}
+	// And by cgroup: what an interrupted down leaves, with the processes of pods in it.
+	hierarchies, _ := cgroupHierarchies()
+	for _, h := range hierarchies {
+		cgroups, _ := filepath.Glob(filepath.Join(h, nodePrefix+"*"))
+		for _, g := range cgroups {
+			names[filepath.Base(g)] = true
+		}
 	}
 	var nodes []node
 	for _, n := range nodesOf(9) {
@@ -105,20 +115,16 @@ func (c config) removePods(n node) error {
 		logf("%s: containerd does not answer (%v); leaving its pods to the namespace removal", n.name, err)
 		return nil
 	}
-	pods, err := rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{})
-	if err != nil {
+	if _, err := rt.Version(ctx, ""); err != nil {
 		logf("%s: containerd does not answer (%v); leaving its pods to the namespace removal", n.name, err)
 		return nil
 	}
-	for _, p := range pods {
-		if err := rt.StopPodSandbox(ctx, p.Id); err != nil {
-			return fmt.Errorf("%s: stopping pod %s: %w", n.name, p.Metadata.Name, err)
-		}
-		if err := rt.RemovePodSandbox(ctx, p.Id); err != nil {
-			return fmt.Errorf("%s: removing pod %s: %w", n.name, p.Metadata.Name, err)
-		}
+	// The node agent's removal: a pod containerd stopped but cannot remove (a container whose
+	// start timed out under load) does not stop the rest; killShims and killCgroupProcs end
+	// what is left of it.
+	if err := agent.RemovePods(ctx, rt); err != nil {
+		return fmt.Errorf("%s: %w", n.name, err)
 	}
-	logf("%s: removed %d pods", n.name, len(pods))
 	return nil
 }
 
@@ -178,6 +184,37 @@ func (c config) ourMounts() []string {
 	}
 	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
 	return out
+}
+
+// killCgroupProcs kills the processes still in the node's cgroups: containers whose pods
+// containerd could not stop, orphaned when their shims went.
+func killCgroupProcs(name string) error {
+	hierarchies, err := cgroupHierarchies()
+	if err != nil {
+		return nil
+	}
+	killed := map[int]bool{}
+	for _, h := range hierarchies {
+		_ = filepath.WalkDir(filepath.Join(h, name), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			data, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(data)) {
+				var pid int
+				if _, err := fmt.Sscan(f, &pid); err == nil && pid > 1 && !killed[pid] {
+					killed[pid] = true
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+			return nil
+		})
+	}
+	if len(killed) > 0 {
+		logf("%s: killed %d processes left in its cgroups", name, len(killed))
+		time.Sleep(time.Second) // the kernel empties the cgroups once they have exited
+	}
+	return nil
 }
 
 // removeCgroups removes the node's cgroup tree in every hierarchy, leaves first.

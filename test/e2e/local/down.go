@@ -38,7 +38,7 @@ func down(c config) error {
 	errs = append(errs, c.stopRecorded(isNode))
 	for _, n := range nodes {
 		errs = append(errs, c.killShims(n))
-		errs = append(errs, killCgroupProcs(n.name))
+		killCgroupProcs(n.name)
 	}
 	// The control plane last, each component before what it depends on.
 	for _, names := range [][]string{{"kube-scheduler", "kube-controller-manager"}, {"kube-apiserver"}, {"etcd"}} {
@@ -188,11 +188,8 @@ func (c config) ourMounts() []string {
 
 // killCgroupProcs kills the processes still in the node's cgroups: containers whose pods
 // containerd could not stop, orphaned when their shims went.
-func killCgroupProcs(name string) error {
-	hierarchies, err := cgroupHierarchies()
-	if err != nil {
-		return nil
-	}
+func killCgroupProcs(name string) {
+	hierarchies, _ := cgroupHierarchies()
 	killed := map[int]bool{}
 	for _, h := range hierarchies {
 		_ = filepath.WalkDir(filepath.Join(h, name), func(p string, d os.DirEntry, err error) error {
@@ -214,7 +211,6 @@ func killCgroupProcs(name string) error {
 		logf("%s: killed %d processes left in its cgroups", name, len(killed))
 		time.Sleep(time.Second) // the kernel empties the cgroups once they have exited
 	}
-	return nil
 }
 
 // removeCgroups removes the node's cgroup tree in every hierarchy, leaves first.

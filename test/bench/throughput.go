@@ -128,7 +128,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 func throughput(ctx context.Context, e *env, args []string) ([]Figure, error) {
 	fs := flag.NewFlagSet("throughput", flag.ExitOnError)
 	pods := fs.Int("pods", 200, "pods per Deployment (try 1000)")
-	timeout := fs.Duration("timeout", 15*time.Minute, "how long one Deployment may take to be all Running")
+	timeout := fs.Duration("timeout", 15*time.Minute, "how long one Deployment may take to be all Running, and the nodes to finish tearing the pods down")
 	_ = fs.Parse(args)
 
 	tenant, cleanup, err := sharedTenant(ctx, e, "bench-throughput", *pods)

@@ -1,11 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,7 +17,11 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	"k8s.io/utils/ptr"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // podRun is how one Deployment of n pods came up: from its creation to every pod Running, and
@@ -188,6 +192,16 @@ func nodesSettled(ctx context.Context, cs kubernetes.Interface, timeout time.Dur
 		if err != nil {
 			return false, nil
 		}
+		pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		live := map[string]int{}
+		for i := range pods.Items {
+			if p := &pods.Items[i]; p.Spec.NodeName != "" && !podutil.IsPodTerminal(p) {
+				live[p.Spec.NodeName]++
+			}
+		}
 		behind = nil
 		for _, node := range nodes.Items {
 			if !nodeReady(&node) {
@@ -197,18 +211,8 @@ func nodesSettled(ctx context.Context, cs kubernetes.Interface, timeout time.Dur
 			if err != nil {
 				return false, nil
 			}
-			pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node.Name})
-			if err != nil {
-				return false, nil
-			}
-			live := 0
-			for i := range pods.Items {
-				if p := pods.Items[i].Status.Phase; p != corev1.PodSucceeded && p != corev1.PodFailed {
-					live++
-				}
-			}
-			if running > live {
-				behind = append(behind, fmt.Sprintf("%s: %d sandboxes for %d pods", node.Name, running, live))
+			if running > live[node.Name] {
+				behind = append(behind, fmt.Sprintf("%s: %d sandboxes for %d pods", node.Name, running, live[node.Name]))
 			}
 		}
 		return len(behind) == 0, nil
@@ -225,11 +229,14 @@ func runningSandboxes(ctx context.Context, cs kubernetes.Interface, node string)
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "kubelet_running_pods "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return int(f), err
-		}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		return 0, fmt.Errorf("node %s: reading the kubelet's metrics: %w", node, err)
 	}
-	return 0, fmt.Errorf("node %s: no kubelet_running_pods in the kubelet's metrics", node)
+	gauge := families["kubelet_running_pods"].GetMetric()
+	if len(gauge) == 0 {
+		return 0, fmt.Errorf("node %s: no kubelet_running_pods in the kubelet's metrics", node)
+	}
+	return int(gauge[0].GetGauge().GetValue()), nil
 }

@@ -277,12 +277,12 @@ CONFORMANCE_PKG_agnhost := k8s.io/kubernetes/test/images/agnhost
 CONFORMANCE_PKG_nnp := k8s.io/kubernetes/test/images/nonewprivs
 CONFORMANCE_PKG_sample-apiserver := k8s.io/sample-apiserver
 CONFORMANCE_PKG_etcd := ./etcd
-CONFORMANCE_IMAGE_BINS := $(addprefix $(CONFORMANCE_BIN)/,agnhost nnp sample-apiserver etcd pause)
+CONFORMANCE_IMAGE_BINS := $(addprefix $(CONFORMANCE_BIN)/,agnhost nnp sample-apiserver etcd busybox pause)
 CONFORMANCE_IMAGES := $(IMAGES_DIR)/conformance
 CONFORMANCE_IMAGE_TARS := $(addprefix $(CONFORMANCE_IMAGES)/,agnhost.tar agnhost-prev.tar nginx.tar nginx-new.tar \
 	nautilus.tar kitten.tar busybox.tar glibc-dns-testing.tar nonewprivs.tar sample-apiserver.tar etcd.tar pause.tar)
 # The Debian tools the test images carry, with their libraries (hack/conformance/images).
-CONFORMANCE_TOOLS := /usr/bin/curl /usr/bin/nc.openbsd /usr/bin/dig /usr/bin/bash /usr/sbin/ip /usr/bin/ss /usr/bin/getent /bin/busybox
+CONFORMANCE_TOOLS := /usr/bin/curl /usr/bin/nc.openbsd /usr/bin/dig /usr/bin/bash /usr/sbin/ip /usr/bin/ss /usr/bin/getent
 CONFORMANCE_FOCUS ?= \[Conformance\]
 CONFORMANCE_SKIP ?=
 CONFORMANCE_PROCS ?= 4
@@ -328,6 +328,13 @@ $(CONFORMANCE_BIN)/e2e.test: | conformance-version
 $(CONFORMANCE_BIN)/pause: hack/pause/main.go
 	@mkdir -p $(CONFORMANCE_BIN)
 	go build -ldflags '-s -w' -o $@ ./hack/pause
+
+# Upstream's BusyBox of the suite's busybox image, from source (Debian's differs: see the script).
+$(CONFORMANCE_BIN)/busybox: hack/conformance/busybox | /usr/bin/gcc
+	hack/conformance/busybox $@
+
+/usr/bin/gcc:
+	apt-get install -y gcc make bzip2 libc6-dev
 
 $(CONFORMANCE_BIN)/%: | conformance-version
 	@mkdir -p $(CONFORMANCE_BIN)

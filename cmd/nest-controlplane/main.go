@@ -93,7 +93,8 @@ func usage(w *os.File) {
 		"lowered (down to %d) so that its heap grows by what it allocates in about %s, never beyond its own\n"+
 		"GOGC, its free memory is returned to the system every %s, and it runs on %d thread(s) (GOMAXPROCS;\n"+
 		"one set in the environment is kept). %s is a comma-separated list: off keeps GOGC and GOMAXPROCS\n"+
-		"as set, no-release paces without returning memory, no-procs leaves GOMAXPROCS alone.\n",
+		"as set, no-release paces without returning memory, no-procs leaves GOMAXPROCS alone,\n"+
+		"interval=<duration> aims at that time between collections instead.\n",
 		idlegc.Default.Floor, idlegc.Default.Interval, idlegc.Default.Release, idlegc.Default.IdleProcs, idlegc.Env)
 	fmt.Fprintf(w, "\n'nest-controlplane <component> --help' lists the component's flags.\n%s\n", version.String())
 }

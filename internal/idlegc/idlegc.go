@@ -63,7 +63,8 @@ var Default = Settings{Interval: 15 * time.Second, Floor: 10, Window: 30, Releas
 
 // Env, in a process's environment, is a comma-separated list: "off" turns all of this off
 // (GOGC and GOMAXPROCS stay as set), "no-release" paces without returning memory, "no-procs"
-// leaves GOMAXPROCS alone. Unset, or anything else, is Default.
+// leaves GOMAXPROCS alone, "interval=<duration>" aims at that time between collections instead
+// of Default's. Unset, or anything else, is Default.
 const Env = "KUBENEST_IDLE_GC"
 
 // Start runs Run with Default in the background, as Env says.
@@ -77,6 +78,14 @@ func Start(ctx context.Context) {
 			s.Release = 0
 		case "no-procs":
 			s.IdleProcs = 0
+		default:
+			if d, ok := strings.CutPrefix(strings.TrimSpace(v), "interval="); ok {
+				if i, err := time.ParseDuration(d); err == nil && i >= time.Second {
+					s.Interval = i
+				} else {
+					klog.InfoS("Ignoring an interval that is not a duration of a second or more", "env", Env, "interval", d)
+				}
+			}
 		}
 	}
 	if _, set := os.LookupEnv("GOMAXPROCS"); set {

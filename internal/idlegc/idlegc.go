@@ -69,17 +69,30 @@ const Env = "KUBENEST_IDLE_GC"
 
 // Start runs Run with Default in the background, as Env says.
 func Start(ctx context.Context) {
-	s := Default
-	for _, v := range strings.Split(os.Getenv(Env), ",") {
-		switch strings.TrimSpace(v) {
+	s, on := fromEnv(os.Getenv(Env))
+	if !on {
+		return
+	}
+	if _, set := os.LookupEnv("GOMAXPROCS"); set {
+		s.IdleProcs = 0
+	}
+	go Run(ctx, s)
+}
+
+// fromEnv is Default as Env's value v changes it; on is false for "off".
+func fromEnv(v string) (s Settings, on bool) {
+	s = Default
+	for _, v := range strings.Split(v, ",") {
+		v = strings.TrimSpace(v)
+		switch v {
 		case "off":
-			return
+			return s, false
 		case "no-release":
 			s.Release = 0
 		case "no-procs":
 			s.IdleProcs = 0
 		default:
-			if d, ok := strings.CutPrefix(strings.TrimSpace(v), "interval="); ok {
+			if d, ok := strings.CutPrefix(v, "interval="); ok {
 				if i, err := time.ParseDuration(d); err == nil && i >= time.Second {
 					s.Interval = i
 				} else {
@@ -88,10 +101,7 @@ func Start(ctx context.Context) {
 			}
 		}
 	}
-	if _, set := os.LookupEnv("GOMAXPROCS"); set {
-		s.IdleProcs = 0
-	}
-	go Run(ctx, s)
+	return s, true
 }
 
 const (

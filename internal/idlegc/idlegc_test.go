@@ -125,3 +125,24 @@ func TestRunLowersGOMAXPROCSWhileQuiet(t *testing.T) {
 		t.Errorf("after Run ended GOMAXPROCS is %d, want the runtime's %d", got, own)
 	}
 }
+
+func TestFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want Settings
+		on   bool
+	}{
+		{"", Default, true},
+		{"off", Default, false},
+		{"no-release, no-procs", Settings{Interval: Default.Interval, Floor: Default.Floor, Window: Default.Window}, true},
+		{"interval=1m", Settings{Interval: time.Minute, Floor: Default.Floor, Window: Default.Window, Release: Default.Release, IdleProcs: Default.IdleProcs}, true},
+		{"interval=500ms", Default, true}, // under a second: ignored
+		{"interval=soon", Default, true},
+		{"something-else", Default, true},
+	} {
+		got, on := fromEnv(tc.env)
+		if got != tc.want || on != tc.on {
+			t.Errorf("%q: %+v, on %v; want %+v, on %v", tc.env, got, on, tc.want, tc.on)
+		}
+	}
+}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/nodepool"
+	"github.com/kubenest-io/kubenest/pkg/nodepool/agent"
 )
 
 // lendableNode is the local cluster's lendable node (make up labels the last of two).
@@ -171,6 +172,13 @@ func TestNodePromotion(t *testing.T) {
 	})
 
 	t.Run("given back with the node agent killed mid-switch, the node ends up in the host", func(t *testing.T) {
+		pinned, err := tenant.CoreV1().Pods("default").Get(ctx, "pinned", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if logs := podLogsOnNode(t, lendableNode, pinned.UID); len(logs) == 0 {
+			t.Fatalf("the lent node holds no log of pod pinned (%s) while it runs; the check below would prove nothing", pinned.UID)
+		}
 		start := time.Now()
 		setPromotion(t, ctx, first, 0)
 		step := killAgentMidSwitch(t, ctx)
@@ -178,12 +186,16 @@ func TestNodePromotion(t *testing.T) {
 		// The second tenant is waiting for the node: it gets it once it is home.
 		waitNodesReady(t, ctx, second)
 		t.Logf("node back from the first tenant and Ready in the second: %s", time.Since(start).Round(100*time.Millisecond))
-		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 			_, err := tenant.CoreV1().Nodes().Get(ctx, lendableNode, metav1.GetOptions{})
 			return client.IgnoreNotFound(err) == nil && err != nil, nil
 		})
 		if err != nil {
 			t.Errorf("the first tenant still has Node %s: %v", lendableNode, err)
+		}
+		// The second tenant may be granted the node's files: the first's logs are not there.
+		if logs := podLogsOnNode(t, lendableNode, pinned.UID); len(logs) != 0 {
+			t.Errorf("the node, now the second tenant's, still holds the first tenant's pod logs: %v", logs)
 		}
 	})
 
@@ -332,6 +344,43 @@ func agentPIDs(node string) []int {
 		}
 	}
 	return pids
+}
+
+// podLogsOnNode lists what the node's kubelet keeps of a pod's logs: its directory in the
+// kubelet's podLogsDir (read from the configuration the node agent runs the kubelet with) and
+// the links to its containers' logs in /var/log/containers.
+func podLogsOnNode(t *testing.T, node string, uid types.UID) []string {
+	t.Helper()
+	pids := agentPIDs(node)
+	if len(pids) == 0 {
+		t.Fatalf("no node agent process for %s", node)
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pids[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config string
+	for _, a := range bytes.Split(cmdline, []byte{0}) {
+		if v, ok := bytes.CutPrefix(a, []byte("--kubelet-config=")); ok {
+			config = string(v)
+		}
+	}
+	data, err := os.ReadFile(config)
+	if err != nil {
+		t.Fatalf("the kubelet configuration of %s: %v", node, err)
+	}
+	dir, err := agent.PodLogsDir(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, _ := filepath.Glob(filepath.Join(dir, "*_"+string(uid)))
+	links, _ := filepath.Glob(filepath.Join(agent.ContainerLogsDir, "*.log"))
+	for _, l := range links {
+		if target, err := os.Readlink(l); err == nil && strings.Contains(target, "_"+string(uid)+"/") {
+			found = append(found, l)
+		}
+	}
+	return found
 }
 
 // runPodOn runs a busybox pod in the host to completion, on node when it is not empty.

@@ -45,7 +45,8 @@ type Config struct {
 	// derived from it.
 	KubeletConfig string
 	// RuntimeEndpoint is the container runtime's CRI socket; KubeletRoot the kubelet's root
-	// directory. Wipe, when set, replaces the wipe through them (tests).
+	// directory. Wipe, when set, replaces the wipe through them and the pods' log directory
+	// of KubeletConfig (tests).
 	RuntimeEndpoint string
 	KubeletRoot     string
 	Wipe            func(ctx context.Context) error
@@ -169,7 +170,15 @@ func (a *Agent) run(ctx context.Context, step string, target Target) error {
 		if a.cfg.Wipe != nil {
 			return a.cfg.Wipe(ctx)
 		}
-		return Wipe(ctx, a.cfg.RuntimeEndpoint, a.cfg.KubeletRoot)
+		base, err := os.ReadFile(a.cfg.KubeletConfig)
+		if err != nil {
+			return fmt.Errorf("reading the kubelet configuration: %w", err)
+		}
+		podLogs, err := PodLogsDir(base)
+		if err != nil {
+			return err
+		}
+		return Wipe(ctx, a.cfg.RuntimeEndpoint, a.cfg.KubeletRoot, podLogs)
 	case StepConfigure:
 		// The kubelet's identity in a tenant is forgotten whichever way it goes.
 		if err := os.RemoveAll(a.cfg.TenantDir); err != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -15,16 +17,23 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criclient "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
 )
 
 // kubeletState are the files in the kubelet's root directory that remember the pods of the
 // cluster it served; they must not cross to the next one.
 var kubeletState = []string{"cpu_manager_state", "memory_manager_state", "dra_manager_state", "pods"}
 
+// ContainerLogsDir is where a kubelet links each container's log file (fixed in the kubelet).
+const ContainerLogsDir = "/var/log/containers"
+
 // Wipe removes what the kubelet ran for the cluster it served: every pod sandbox through the
-// container runtime (so the network plugin releases their addresses), the pods' volume mounts
-// and the kubelet's pod state. It runs with the kubelet stopped, and may run again.
-func Wipe(ctx context.Context, runtimeEndpoint, kubeletRoot string) error {
+// container runtime (so the network plugin releases their addresses), the pods' volume mounts,
+// the kubelet's pod state, and the pods' logs (podLogsDir, and their links in
+// ContainerLogsDir): a cluster the node serves next, whose pods may be granted the node's
+// files, must not read what the last one's pods wrote. It runs with the kubelet stopped, and
+// may run again.
+func Wipe(ctx context.Context, runtimeEndpoint, kubeletRoot, podLogsDir string) error {
 	rt, err := criclient.NewRemoteRuntimeService(ctx, runtimeEndpoint, 30*time.Second, nil, false)
 	if err != nil {
 		return fmt.Errorf("connecting to the container runtime at %s: %w", runtimeEndpoint, err)
@@ -40,7 +49,75 @@ func Wipe(ctx context.Context, runtimeEndpoint, kubeletRoot string) error {
 			return fmt.Errorf("removing kubelet state %s: %w", name, err)
 		}
 	}
-	return nil
+	return removePodLogs(podLogsDir, ContainerLogsDir)
+}
+
+// PodLogsDir is the kubelet's podLogsDir in its configuration file (data), /var/log/pods when
+// it sets none. A directory that is not absolute and clean, or is /, is refused: the wipe
+// empties it.
+func PodLogsDir(data []byte) (string, error) {
+	cfg := struct {
+		PodLogsDir string `json:"podLogsDir"`
+	}{}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return "", fmt.Errorf("reading the kubelet configuration: %w", err)
+	}
+	d := cfg.PodLogsDir
+	if d == "" {
+		return "/var/log/pods", nil
+	}
+	if !filepath.IsAbs(d) || filepath.Clean(d) != d || d == "/" {
+		return "", fmt.Errorf("the kubelet configuration's podLogsDir %q is not an absolute, clean path below /", d)
+	}
+	return d, nil
+}
+
+// podLogDir matches the name of a pod's log directory: <namespace>_<name>_<uid> (names hold no
+// underscore; a static pod's UID is a hash without dashes).
+var podLogDir = regexp.MustCompile(`^[a-z0-9.-]+_[a-z0-9.-]+_[0-9a-f-]+$`)
+
+// removePodLogs removes the pods' log directories in podLogsDir (nothing else there) and the
+// links in containerLogsDir that point into it; other links stay (the kubelets of other
+// nodes of the same machine, as in the local cluster, keep theirs there).
+func removePodLogs(podLogsDir, containerLogsDir string) error {
+	var errs []error
+	entries, err := os.ReadDir(podLogsDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("reading the pods' logs: %w", err)
+	}
+	removed := 0
+	for _, e := range entries {
+		if !e.IsDir() || !podLogDir.MatchString(e.Name()) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(podLogsDir, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("removing the logs of pod %s: %w", e.Name(), err))
+			continue
+		}
+		removed++
+	}
+	links, err := os.ReadDir(containerLogsDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return errors.Join(append(errs, fmt.Errorf("reading the containers' log links: %w", err))...)
+	}
+	inside := podLogsDir + string(filepath.Separator)
+	for _, l := range links {
+		link := filepath.Join(containerLogsDir, l.Name())
+		target, err := os.Readlink(link)
+		if err != nil { // not a link
+			continue
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(containerLogsDir, target)
+		}
+		if strings.HasPrefix(filepath.Clean(target), inside) {
+			if err := os.Remove(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("removing the log link %s: %w", link, err))
+			}
+		}
+	}
+	klog.InfoS("Removed the logs of the pods the kubelet ran", "dir", podLogsDir, "pods", removed)
+	return errors.Join(errs...)
 }
 
 // RemovePods stops every pod sandbox of the runtime and removes it. A runtime can fail to

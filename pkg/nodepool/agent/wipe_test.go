@@ -3,6 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -70,4 +74,96 @@ func (r *refuseOne) RemovePodSandbox(ctx context.Context, id string) error {
 		return r.err
 	}
 	return r.FakeRuntimeService.RemovePodSandbox(ctx, id)
+}
+
+// The logs of the pods the last cluster ran go with them, and nothing else does: another
+// node's links beside them and files that are not a pod's log directory stay.
+func TestRemovePodLogs(t *testing.T) {
+	root := t.TempDir()
+	podLogs, otherLogs, links := filepath.Join(root, "pods"), filepath.Join(root, "other-node"), filepath.Join(root, "containers")
+	write := func(path string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte("a secret the pod logged\n"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(name, target string) {
+		t.Helper()
+		if err := os.MkdirAll(links, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(links, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := []string{
+		filepath.Join(podLogs, "default_web-0_6b1f7a52-0000-4000-8000-0000000000b1", "main", "0.log"),
+		filepath.Join(podLogs, "kube-system_etcd-node.a_f0b5c1f2a3d4e5f60718293a4b5c6d7e", "etcd", "1.log"),
+	}
+	kept := []string{
+		filepath.Join(podLogs, "README"),                        // not a pod's directory
+		filepath.Join(podLogs, "not-a-pod", "x.log"),            // nor this
+		filepath.Join(otherLogs, "default_db_0000-11", "c.log"), // another node's
+	}
+	for _, p := range append(append([]string{}, gone...), kept...) {
+		write(p)
+	}
+	link("web-0_default_main-abc.log", gone[0])
+	link("etcd-node.a_kube-system_etcd-def.log", "../pods/kube-system_etcd-node.a_f0b5c1f2a3d4e5f60718293a4b5c6d7e/etcd/1.log")
+	link("db_default_c-123.log", kept[2])
+	link("dangling_default_c-456.log", filepath.Join(otherLogs, "gone"))
+
+	if err := removePodLogs(podLogs, links); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range gone {
+		if _, err := os.Stat(filepath.Dir(filepath.Dir(p))); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s is still there (%v)", filepath.Dir(filepath.Dir(p)), err)
+		}
+	}
+	for _, p := range kept {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was removed: %v", p, err)
+		}
+	}
+	left, err := os.ReadDir(links)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range left {
+		names = append(names, l.Name())
+	}
+	if want := []string{"dangling_default_c-456.log", "db_default_c-123.log"}; !slices.Equal(names, want) {
+		t.Errorf("links left %v, want %v", names, want)
+	}
+	// Again, with nothing left to remove, and without either directory.
+	if err := removePodLogs(podLogs, links); err != nil {
+		t.Errorf("second wipe: %v", err)
+	}
+	if err := removePodLogs(filepath.Join(root, "none"), filepath.Join(root, "none2")); err != nil {
+		t.Errorf("wipe of missing directories: %v", err)
+	}
+}
+
+func TestPodLogsDir(t *testing.T) {
+	for _, tc := range []struct{ config, want, wantErr string }{
+		{"kind: KubeletConfiguration\n", "/var/log/pods", ""},
+		{"podLogsDir: /var/lib/node-1/pod-logs\n", "/var/lib/node-1/pod-logs", ""},
+		{"podLogsDir: /\n", "", `podLogsDir "/"`},
+		{"podLogsDir: var/log/pods\n", "", `podLogsDir "var/log/pods"`},
+		{"podLogsDir: /var/log/../pods\n", "", `podLogsDir "/var/log/../pods"`},
+		{"podLogsDir: [\n", "", "reading the kubelet configuration"},
+	} {
+		got, err := PodLogsDir([]byte(tc.config))
+		if tc.wantErr == "" && (err != nil || got != tc.want) {
+			t.Errorf("%q: %q, %v; want %q", tc.config, got, err, tc.want)
+		}
+		if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%q: %q, %v; want an error with %q", tc.config, got, err, tc.wantErr)
+		}
+	}
 }

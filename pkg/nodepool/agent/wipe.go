@@ -49,7 +49,7 @@ func Wipe(ctx context.Context, runtimeEndpoint, kubeletRoot, podLogsDir string) 
 			return fmt.Errorf("removing kubelet state %s: %w", name, err)
 		}
 	}
-	return removePodLogs(podLogsDir, ContainerLogsDir)
+	return removePodLogs(ctx, podLogsDir, ContainerLogsDir)
 }
 
 // PodLogsDir is the kubelet's podLogsDir in its configuration file (data), /var/log/pods when
@@ -79,7 +79,7 @@ var podLogDir = regexp.MustCompile(`^[a-z0-9.-]+_[a-z0-9.-]+_[0-9a-f-]+$`)
 // removePodLogs removes the pods' log directories in podLogsDir (nothing else there) and the
 // links in containerLogsDir that point into it; other links stay (the kubelets of other
 // nodes of the same machine, as in the local cluster, keep theirs there).
-func removePodLogs(podLogsDir, containerLogsDir string) error {
+func removePodLogs(ctx context.Context, podLogsDir, containerLogsDir string) error {
 	var errs []error
 	entries, err := os.ReadDir(podLogsDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -116,7 +116,7 @@ func removePodLogs(podLogsDir, containerLogsDir string) error {
 			}
 		}
 	}
-	klog.InfoS("Removed the logs of the pods the kubelet ran", "dir", podLogsDir, "pods", removed)
+	klog.FromContext(ctx).Info("removed the logs of the pods the kubelet ran", "dir", podLogsDir, "pods", removed)
 	return errors.Join(errs...)
 }
 

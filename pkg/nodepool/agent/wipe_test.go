@@ -116,7 +116,7 @@ func TestRemovePodLogs(t *testing.T) {
 	link("db_default_c-123.log", kept[2])
 	link("dangling_default_c-456.log", filepath.Join(otherLogs, "gone"))
 
-	if err := removePodLogs(podLogs, links); err != nil {
+	if err := removePodLogs(context.Background(), podLogs, links); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range gone {
@@ -141,10 +141,10 @@ func TestRemovePodLogs(t *testing.T) {
 		t.Errorf("links left %v, want %v", names, want)
 	}
 	// Again, with nothing left to remove, and without either directory.
-	if err := removePodLogs(podLogs, links); err != nil {
+	if err := removePodLogs(context.Background(), podLogs, links); err != nil {
 		t.Errorf("second wipe: %v", err)
 	}
-	if err := removePodLogs(filepath.Join(root, "none"), filepath.Join(root, "none2")); err != nil {
+	if err := removePodLogs(context.Background(), filepath.Join(root, "none"), filepath.Join(root, "none2")); err != nil {
 		t.Errorf("wipe of missing directories: %v", err)
 	}
 }

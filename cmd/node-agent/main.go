@@ -66,7 +66,7 @@ func defineAgentFlags(fs *flag.FlagSet, f *agentFlags) {
 	fs.StringVar(&f.kubeletBinary, "kubelet-binary", "/usr/bin/kubelet", "process mode: the kubelet binary.")
 	fs.Var(&f.kubeletArgs, "kubelet-arg", "process mode: a flag the kubelet always gets (root directory, node name, address). Repeatable.")
 	fs.StringVar(&f.kubeletLog, "kubelet-log", "/var/log/kubelet.log", "process mode: where the kubelet's output goes.")
-	fs.StringVar(&f.kubeletConfig, "kubelet-config", "/var/lib/kubelet/config.yaml", "The kubelet's configuration file for the host; the tenant's is derived from it.")
+	fs.StringVar(&f.kubeletConfig, "kubelet-config", "/var/lib/kubelet/config.yaml", "The kubelet's configuration file for the host; the tenant's is derived from it. The pods' logs in its podLogsDir (and their links in /var/log/containers) are removed between clusters.")
 	fs.StringVar(&f.kubeletKubeconfig, "kubelet-kubeconfig", "", "process mode: the kubelet's host kubeconfig; defaults to --kubeconfig.")
 	fs.StringVar(&f.kubeletRoot, "kubelet-root-dir", "/var/lib/kubelet", "The kubelet's root directory, whose pod state is wiped between clusters.")
 	fs.StringVar(&f.cri, "container-runtime-endpoint", "unix:///run/containerd/containerd.sock", "The container runtime's CRI endpoint, to remove pods between clusters.")

@@ -21,8 +21,14 @@ import (
 )
 
 // kubeletState are the files in the kubelet's root directory that remember the pods of the
-// cluster it served; they must not cross to the next one.
-var kubeletState = []string{"cpu_manager_state", "memory_manager_state", "dra_manager_state", "pods"}
+// cluster it served; they must not cross to the next one. checkpoints holds the archives of
+// containers checkpointed through the kubelet's API (their memory and files). The image pull
+// records (image_manager) stay: with them the kubelet asks a pod for the credentials of a
+// private image another pulled.
+var kubeletState = []string{
+	"cpu_manager_state", "memory_manager_state", "dra_manager_state", "allocated_pods_state", "actuated_pods_state",
+	"checkpoints", "pods",
+}
 
 // ContainerLogsDir is where a kubelet links each container's log file (fixed in the kubelet).
 const ContainerLogsDir = "/var/log/containers"

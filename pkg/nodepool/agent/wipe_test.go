@@ -12,6 +12,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	critesting "k8s.io/cri-api/pkg/apis/testing"
+	fakecri "k8s.io/cri-client/pkg/fake"
 )
 
 // The runtime refuses to remove a stopped pod's records (containerd 1.6 with a container whose
@@ -164,6 +165,55 @@ func TestPodLogsDir(t *testing.T) {
 		}
 		if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 			t.Errorf("%q: %q, %v; want an error with %q", tc.config, got, err, tc.wantErr)
+		}
+	}
+}
+
+// The whole wipe against a CRI server (cri-client's fake): the runtime's pods are removed, and
+// of the kubelet's root directory only what does not remember them stays.
+func TestWipe(t *testing.T) {
+	dir := t.TempDir()
+	endpoint := "unix://" + filepath.Join(dir, "cri.sock")
+	rt := fakecri.NewFakeRemoteRuntime()
+	if err := rt.Start(endpoint); err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Stop()
+	rt.RuntimeService.SetFakeSandboxes([]*critesting.FakePodSandbox{{PodSandboxStatus: runtimeapi.PodSandboxStatus{
+		Id: "s1", State: runtimeapi.PodSandboxState_SANDBOX_READY, Metadata: &runtimeapi.PodSandboxMetadata{Namespace: "default", Name: "web-0"},
+	}}})
+	root, podLogs := filepath.Join(dir, "kubelet"), filepath.Join(dir, "pod-logs")
+	files := map[string]bool{ // path under dir → kept
+		"kubelet/cpu_manager_state":    false,
+		"kubelet/allocated_pods_state": false,
+		"kubelet/actuated_pods_state":  false,
+		"kubelet/checkpoints/checkpoint-web-0_default-main-2026-11-29T02:00:00Z.tar": false,
+		"kubelet/pods/6b1f7a52-0000-4000-8000-0000000000b1/etc-hosts":                false,
+		"kubelet/image_manager/pulled/sha256-abc":                                    true,
+		"kubelet/pki/kubelet.crt":                                                    true,
+		"pod-logs/default_web-0_6b1f7a52-0000-4000-8000-0000000000b1/main/0.log":     false,
+	}
+	for p := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Wipe(context.Background(), endpoint, root, podLogs); err != nil {
+		t.Fatalf("Wipe: %v", err)
+	}
+	if n := len(rt.RuntimeService.Sandboxes); n != 0 {
+		t.Errorf("%d pod sandboxes left in the runtime", n)
+	}
+	for p, kept := range files {
+		_, err := os.Stat(filepath.Join(dir, p))
+		if kept && err != nil {
+			t.Errorf("%s was removed: %v", p, err)
+		}
+		if !kept && !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s is still there (%v)", p, err)
 		}
 	}
 }

@@ -386,15 +386,7 @@ func TestSaveAtomic(t *testing.T) {
 		if err := Save(path, s); err != nil {
 			t.Fatalf("Save(%s) error = %v", show(s), err)
 		}
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		if !slices.Equal(names, []string{"state.json"}) {
+		if names := dirNames(t, dir); !slices.Equal(names, []string{"state.json"}) {
 			t.Errorf("after Save the directory holds %v, want only state.json", names)
 		}
 		got, err := Load(path)

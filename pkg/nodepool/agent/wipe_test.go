@@ -82,15 +82,6 @@ func (r *refuseOne) RemovePodSandbox(ctx context.Context, id string) error {
 func TestRemovePodLogs(t *testing.T) {
 	root := t.TempDir()
 	podLogs, otherLogs, links := filepath.Join(root, "pods"), filepath.Join(root, "other-node"), filepath.Join(root, "containers")
-	write := func(path string) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte("a secret the pod logged\n"), 0o640); err != nil {
-			t.Fatal(err)
-		}
-	}
 	link := func(name, target string) {
 		t.Helper()
 		if err := os.MkdirAll(links, 0o755); err != nil {
@@ -110,7 +101,7 @@ func TestRemovePodLogs(t *testing.T) {
 		filepath.Join(otherLogs, "default_db_0000-11", "c.log"), // another node's
 	}
 	for _, p := range append(append([]string{}, gone...), kept...) {
-		write(p)
+		writeFile(t, p)
 	}
 	link("web-0_default_main-abc.log", gone[0])
 	link("etcd-node.a_kube-system_etcd-def.log", "../pods/kube-system_etcd-node.a_f0b5c1f2a3d4e5f60718293a4b5c6d7e/etcd/1.log")
@@ -130,15 +121,7 @@ func TestRemovePodLogs(t *testing.T) {
 			t.Errorf("%s was removed: %v", p, err)
 		}
 	}
-	left, err := os.ReadDir(links)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, l := range left {
-		names = append(names, l.Name())
-	}
-	if want := []string{"dangling_default_c-456.log", "db_default_c-123.log"}; !slices.Equal(names, want) {
+	if names, want := dirNames(t, links), []string{"dangling_default_c-456.log", "db_default_c-123.log"}; !slices.Equal(names, want) {
 		t.Errorf("links left %v, want %v", names, want)
 	}
 	// Again, with nothing left to remove, and without either directory.
@@ -194,12 +177,7 @@ func TestWipe(t *testing.T) {
 		"pod-logs/default_web-0_6b1f7a52-0000-4000-8000-0000000000b1/main/0.log":     false,
 	}
 	for p := range files {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, p), []byte("x"), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, filepath.Join(dir, p))
 	}
 	if err := Wipe(context.Background(), endpoint, root, podLogs); err != nil {
 		t.Fatalf("Wipe: %v", err)
@@ -216,4 +194,29 @@ func TestWipe(t *testing.T) {
 			t.Errorf("%s is still there (%v)", p, err)
 		}
 	}
+}
+
+// writeFile writes a file, and the directories it is in.
+func writeFile(t *testing.T, path string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("a secret the pod logged\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dirNames lists the names in dir, sorted.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }

@@ -10,12 +10,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authorization/union"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 	psapi "k8s.io/pod-security-admission/api"
 
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/tenantguard"
 )
 
@@ -34,7 +36,8 @@ func (o *guardOptions) addFlags(fs *pflag.FlagSet) {
 }
 
 // install puts the guard at the end of the kube-apiserver's admission chain, after every
-// mutation, where no admission flag can remove it.
+// mutation, and its authorizer ahead of every other, where no admission or authorization
+// flag can remove them.
 func (o guardOptions) install(config *apiserver.Config, opts options.CompletedOptions) error {
 	var ranges []netip.Prefix
 	for _, r := range []net.IPNet{opts.PrimaryServiceClusterIPRange, opts.SecondaryServiceClusterIPRange} {
@@ -64,6 +67,9 @@ func (o guardOptions) install(config *apiserver.Config, opts options.CompletedOp
 		return fmt.Errorf("--kubenest-node-pod-security: %w", err)
 	}
 	generic.AdmissionControl = admission.NewChainHandler(generic.AdmissionControl, guard)
+	generic.Authorization.Authorizer = union.New(tenantguard.NodeProxyAuthorizer{
+		Level: psapi.Level(o.nodePodSecurity), APIServerUser: controlplane.APIServerKubeletClient,
+	}, generic.Authorization.Authorizer)
 	klog.InfoS("KubeNest tenant guard installed", "serviceRanges", ranges, "nodePodSecurity", o.nodePodSecurity, "kubeProxyImage", o.kubeProxyImage)
 	return nil
 }

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -13,7 +14,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
-	"github.com/kubenest-io/kubenest/pkg/kubeconfig"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
@@ -27,24 +27,20 @@ const (
 	KubeProxyNamespace = metav1.NamespaceSystem
 	// KubeProxyClusterRole is the built-in role of what kube-proxy reads and writes.
 	KubeProxyClusterRole = "system:node-proxier"
-	// KeyKubeProxyKubeconfig is the key of its ConfigMap, mounted at KubeProxyConfigDir.
-	KeyKubeProxyKubeconfig = "kubeconfig.conf"
-	KubeProxyConfigDir     = "/var/lib/kube-proxy"
-	// serviceAccountTokenFile is where a pod's service-account token is mounted; the kubelet
-	// renews it there, and client-go reads it again when it changes.
-	serviceAccountTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	// envServiceHost and envServicePort are what client-go's in-cluster configuration dials;
+	// the pod's own values take precedence over the kubelet's Service variables.
+	envServiceHost = "KUBERNETES_SERVICE_HOST"
+	envServicePort = "KUBERNETES_SERVICE_PORT"
 )
 
 // KubeProxy is what a kube-proxy DaemonSet needs.
 type KubeProxy struct {
 	Image           string
 	ImagePullPolicy corev1.PullPolicy
-	// Server is the apiserver as the nodes reach it, never through a Service: kube-proxy is
-	// what makes Services work. CAPEM is the CA bundle its certificate is verified with.
+	// Server is the apiserver as the nodes reach it (https://host:port), never through a
+	// Service: kube-proxy is what makes Services work. Its certificate is verified with the
+	// cluster's CA bundle in the pod's service-account volume (kube-root-ca.crt).
 	Server string
-	CAPEM  []byte
-	// ClusterName names the cluster in the kubeconfig.
-	ClusterName string
 	// ClusterCIDR, when set, is the pods' range: Service traffic from outside it is
 	// masqueraded. Unset, kube-proxy masquerades only what it must.
 	ClusterCIDR string
@@ -55,25 +51,24 @@ type KubeProxy struct {
 }
 
 // KubeProxyObjects are the objects of a kube-proxy: its ServiceAccount, bound to
-// KubeProxyClusterRole, its ConfigMap (kubeconfig and KubeProxyConfiguration) and its
-// DaemonSet, all named KubeProxyName in KubeProxyNamespace (the binding has the same name).
+// KubeProxyClusterRole, and its DaemonSet, all named KubeProxyName in KubeProxyNamespace (the
+// binding has the same name). It has no ConfigMap, as kubeadm's has: everything it reads is
+// in its pod's spec, so that a tenant's admin, who can edit every object of its cluster, has no
+// file to put into this privileged pod (a kubeconfig names commands to run, exec plugins).
 type KubeProxyObjects struct {
 	ServiceAccount     *corev1.ServiceAccount
 	ClusterRoleBinding *rbacv1.ClusterRoleBinding
-	ConfigMap          *corev1.ConfigMap
 	DaemonSet          *appsv1.DaemonSet
 }
 
 // TenantKubeProxy is the kube-proxy of the nodes lent to a tenant: it runs only on Nodes with
 // LabelLent, which lent kubelets register with and the shared node never has. server is the
-// tenant apiserver as lent nodes reach it (NodeEndpoint); caPEM the tenant's CA bundle.
-func TenantKubeProxy(s Settings, server string, caPEM []byte) (*KubeProxyObjects, error) {
+// tenant apiserver as lent nodes reach it (NodeEndpoint).
+func TenantKubeProxy(s Settings, server string) (*KubeProxyObjects, error) {
 	return KubeProxy{
 		Image:           s.Image,
 		ImagePullPolicy: s.ImagePullPolicy,
 		Server:          server,
-		CAPEM:           caPEM,
-		ClusterName:     "tenant",
 		NodeSelector:    map[string]string{v1alpha1.LabelLent: "true"},
 		Labels:          map[string]string{naming.LabelManagedBy: naming.ManagedByValue},
 	}.Objects()
@@ -84,19 +79,12 @@ func (p KubeProxy) Objects() (*KubeProxyObjects, error) {
 	if p.Image == "" {
 		return nil, fmt.Errorf("kube-proxy image must be set")
 	}
-	kc, err := kubeconfig.Build(kubeconfig.Config{
-		ClusterName: p.ClusterName, Server: p.Server, CAPEM: p.CAPEM, User: KubeProxyName, TokenFile: serviceAccountTokenFile,
-	})
+	host, port, err := serverHostPort(p.Server)
 	if err != nil {
-		return nil, fmt.Errorf("kube-proxy kubeconfig: %w", err)
+		return nil, fmt.Errorf("kube-proxy server: %w", err)
 	}
 	meta := func() metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: KubeProxyName, Namespace: KubeProxyNamespace, Labels: p.labels()}
-	}
-	cm := &corev1.ConfigMap{
-		TypeMeta:   typeMeta("v1", "ConfigMap"),
-		ObjectMeta: meta(),
-		Data:       map[string]string{KeyKubeProxyKubeconfig: string(kc)},
 	}
 	crbMeta := meta()
 	crbMeta.Namespace = ""
@@ -108,21 +96,32 @@ func (p KubeProxy) Objects() (*KubeProxyObjects, error) {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: KubeProxyClusterRole},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: KubeProxyName, Namespace: KubeProxyNamespace}},
 		},
-		ConfigMap: cm,
-		DaemonSet: p.daemonSet(ConfigMapHash(cm)),
+		DaemonSet: p.daemonSet(host, port),
 	}, nil
 }
 
-// flags configure kube-proxy: iptables mode, the kubeconfig from the ConfigMap, upstream's
-// defaults for the rest. They are flags, not a configuration file in the ConfigMap, so that
+// serverHostPort splits an https URL with a host and a port.
+func serverHostPort(server string) (host, port string, err error) {
+	u, err := url.Parse(server)
+	if err != nil {
+		return "", "", err
+	}
+	if u.Scheme != "https" || u.Hostname() == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") || u.User != nil || u.RawQuery != "" {
+		return "", "", fmt.Errorf("%q: want https://<host>:<port>", server)
+	}
+	return u.Hostname(), u.Port(), nil
+}
+
+// flags configure kube-proxy: iptables mode, upstream's defaults for the rest, and no
+// kubeconfig: client-go's in-cluster configuration (the pod's service-account token and CA
+// bundle, the server in its environment). They are flags, not a configuration file, so that
 // they are part of the pod's spec, which the tenant's apiserver pins (IsTenantKubeProxyPod): a
-// tenant admin may edit the ConfigMap, but cannot make this privileged pod load kernel modules
-// for another mode or change the node's kernel settings. The node's conntrack table size is
+// tenant admin cannot make this privileged pod load kernel modules for another mode, change the
+// node's kernel settings or run anything else. The node's conntrack table size is
 // left as the node has it (--conntrack-max-per-core=0): it is a setting of the node, not of
 // the cluster it serves.
 func (p KubeProxy) flags() []string {
 	flags := []string{
-		"--kubeconfig=" + KubeProxyConfigDir + "/" + KeyKubeProxyKubeconfig,
 		"--proxy-mode=iptables",
 		"--conntrack-max-per-core=0",
 		"--hostname-override=$(NODE_NAME)",
@@ -133,9 +132,8 @@ func (p KubeProxy) flags() []string {
 	return flags
 }
 
-// daemonSet runs kube-proxy; configHash (ConfigMapHash of its ConfigMap) restarts the pods
-// when the ConfigMap changes, since kube-proxy reads its files once.
-func (p KubeProxy) daemonSet(configHash string) *appsv1.DaemonSet {
+// daemonSet runs kube-proxy against the apiserver at host and port.
+func (p KubeProxy) daemonSet(host, port string) *appsv1.DaemonSet {
 	selector := map[string]string{"k8s-app": KubeProxyName}
 	podLabels := p.labels()
 	for k, v := range selector {
@@ -158,7 +156,7 @@ func (p KubeProxy) daemonSet(configHash string) *appsv1.DaemonSet {
 				},
 			},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: map[string]string{naming.AnnotationConfigHash: configHash}},
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: KubeProxyName,
 					HostNetwork:        true,
@@ -170,22 +168,22 @@ func (p KubeProxy) daemonSet(configHash string) *appsv1.DaemonSet {
 						Image:           p.Image,
 						ImagePullPolicy: p.ImagePullPolicy,
 						Command:         append([]string{BinaryPath, "kube-proxy"}, p.flags()...),
-						Env: []corev1.EnvVar{{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
-							FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"},
-						}}},
+						Env: []corev1.EnvVar{
+							{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{
+								FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"},
+							}},
+							{Name: envServiceHost, Value: host},
+							{Name: envServicePort, Value: port},
+						},
 						// Root and privileged: it writes the node's iptables rules and sysctls.
 						SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To[int64](0), RunAsGroup: ptr.To[int64](0)},
 						Resources:       withDefaultRequests(corev1.ResourceRequirements{}, "10m", "32Mi"),
 						VolumeMounts: []corev1.VolumeMount{
-							{Name: "kube-proxy", MountPath: KubeProxyConfigDir, ReadOnly: true},
 							{Name: "xtables-lock", MountPath: "/run/xtables.lock"},
 							{Name: "lib-modules", MountPath: "/lib/modules", ReadOnly: true},
 						},
 					}},
 					Volumes: []corev1.Volume{
-						{Name: "kube-proxy", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-							LocalObjectReference: corev1.LocalObjectReference{Name: KubeProxyName},
-						}}},
 						hostPath("xtables-lock", "/run/xtables.lock", corev1.HostPathFileOrCreate),
 						hostPath("lib-modules", "/lib/modules", corev1.HostPathUnset),
 					},
@@ -212,10 +210,11 @@ const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 // hooks, the same volumes, and no other host access. The tenant's apiserver lets such a pod
 // be privileged on a lent node, and no other pod of the tenant; the tenant's admin can edit
 // the DaemonSet or the pod, but what it then runs is no longer exempt. What the pod's
-// scheduling, resources and pull policy are does not matter, nor does the ConfigMap's
-// kubeconfig (the tenant's own credentials, towards a server of the tenant's choosing).
+// scheduling, resources and pull policy are does not matter, nor does the server in its
+// environment (a server of the tenant's choosing, which it may point its own kube-proxy at:
+// rules for that node's own traffic).
 func IsTenantKubeProxyPod(pod *corev1.Pod, image string) bool {
-	want := KubeProxy{Image: image}.daemonSet("").Spec.Template.Spec
+	want := KubeProxy{Image: image}.daemonSet("", "").Spec.Template.Spec
 	got := &pod.Spec
 	if pod.Namespace != KubeProxyNamespace || got.ServiceAccountName != want.ServiceAccountName ||
 		got.HostNetwork != want.HostNetwork || got.HostPID || got.HostIPC || ptr.Deref(got.ShareProcessNamespace, false) ||
@@ -227,7 +226,7 @@ func IsTenantKubeProxyPod(pod *corev1.Pod, image string) bool {
 	if c.Name != w.Name || c.Image != w.Image || !slices.Equal(c.Command, w.Command) || len(c.Args) != 0 ||
 		len(c.EnvFrom) != 0 || c.Lifecycle != nil || c.LivenessProbe != nil || c.ReadinessProbe != nil || c.StartupProbe != nil ||
 		c.WorkingDir != "" || len(c.Ports) != 0 ||
-		!equality.Semantic.DeepEqual(c.Env, w.Env) || !equality.Semantic.DeepEqual(c.SecurityContext, w.SecurityContext) {
+		!equality.Semantic.DeepEqual(serverValuesCleared(c.Env), w.Env) || !equality.Semantic.DeepEqual(c.SecurityContext, w.SecurityContext) {
 		return false
 	}
 	mounts := slices.DeleteFunc(slices.Clone(c.VolumeMounts), func(m corev1.VolumeMount) bool {
@@ -254,10 +253,6 @@ func IsTenantKubeProxyPod(pod *corev1.Pod, image string) bool {
 		switch {
 		case v.Name != w.Name:
 			return false
-		case w.ConfigMap != nil:
-			if v.ConfigMap == nil || v.ConfigMap.Name != w.ConfigMap.Name || len(v.ConfigMap.Items) != 0 {
-				return false
-			}
 		case w.HostPath != nil:
 			if v.HostPath == nil || v.HostPath.Path != w.HostPath.Path ||
 				ptr.Deref(v.HostPath.Type, corev1.HostPathUnset) != ptr.Deref(w.HostPath.Type, corev1.HostPathUnset) {
@@ -268,6 +263,17 @@ func IsTenantKubeProxyPod(pod *corev1.Pod, image string) bool {
 		}
 	}
 	return true
+}
+
+// serverValuesCleared is env with the values of the server's host and port emptied.
+func serverValuesCleared(env []corev1.EnvVar) []corev1.EnvVar {
+	out := slices.Clone(env)
+	for i, e := range out {
+		if e.Name == envServiceHost || e.Name == envServicePort {
+			out[i].Value = ""
+		}
+	}
+	return out
 }
 
 // isServiceAccountVolume says whether a projected volume holds only what the service-account

@@ -2,18 +2,17 @@ package controlplane_test
 
 import (
 	"context"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spf13/pflag"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation"
 	proxyapp "k8s.io/kubernetes/cmd/kube-proxy/app"
 	kubeproxyconfig "k8s.io/kubernetes/pkg/proxy/apis/config"
@@ -22,19 +21,12 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
-	"github.com/kubenest-io/kubenest/pkg/kubeconfig"
-	"github.com/kubenest-io/kubenest/pkg/naming"
-	"github.com/kubenest-io/kubenest/pkg/pki"
 )
 
 func TestTenantKubeProxy(t *testing.T) {
-	ca, err := pki.NewCA("tenant-ca", time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC))
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := controlplane.DefaultSettings()
 	s.Image = "registry.example/kubenest:v1"
-	objs, err := controlplane.TenantKubeProxy(s, "https://192.0.2.10:31443", ca.CertPEM())
+	objs, err := controlplane.TenantKubeProxy(s, "https://192.0.2.10:31443")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,12 +52,12 @@ func TestTenantKubeProxy(t *testing.T) {
 		if c.Image != s.Image || c.ImagePullPolicy != s.ImagePullPolicy {
 			t.Errorf("image %s (%s), want the operator's %s", c.Image, c.ImagePullPolicy, s.Image)
 		}
-		wantCmd := []string{controlplane.BinaryPath, "kube-proxy", "--kubeconfig=/var/lib/kube-proxy/kubeconfig.conf",
+		wantCmd := []string{controlplane.BinaryPath, "kube-proxy",
 			"--proxy-mode=iptables", "--conntrack-max-per-core=0", "--hostname-override=$(NODE_NAME)"}
 		if !slices.Equal(c.Command, wantCmd) {
 			t.Errorf("command %q, want %q", c.Command, wantCmd)
 		}
-		if len(c.Env) != 1 || c.Env[0].Name != "NODE_NAME" || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		if len(c.Env) == 0 || c.Env[0].Name != "NODE_NAME" || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
 			t.Errorf("env %+v: want NODE_NAME from spec.nodeName", c.Env)
 		}
 		if !pod.HostNetwork || pod.ServiceAccountName != "kube-proxy" || pod.PriorityClassName != "system-node-critical" {
@@ -102,68 +94,57 @@ func TestTenantKubeProxy(t *testing.T) {
 		}
 	})
 
-	t.Run("the ConfigMap is what kube-proxy reads", func(t *testing.T) {
-		cm := objs.ConfigMap
-		if cm.Namespace != "kube-system" || cm.Name != "kube-proxy" {
-			t.Errorf("ConfigMap %s/%s", cm.Namespace, cm.Name)
-		}
-		mount := ""
-		for _, v := range pod.Volumes {
-			if v.ConfigMap != nil && v.ConfigMap.Name == cm.Name {
-				for _, m := range c.VolumeMounts {
-					if m.Name == v.Name {
-						mount = m.MountPath
-					}
-				}
-			}
-		}
-		if mount != "/var/lib/kube-proxy" {
-			t.Fatalf("the ConfigMap is mounted at %q", mount)
-		}
+	t.Run("it reads nothing the tenant's admin can edit but its token and CA bundle", func(t *testing.T) {
 		// What kube-proxy's own code makes of its flags, with its defaults.
 		cfg := kubeProxyConfiguration(t, c.Command[2:])
 		if cfg.Mode != kubeproxyconfig.ProxyModeIPTables {
 			t.Errorf("mode %q, want iptables", cfg.Mode)
 		}
-		if cfg.ClientConnection.Kubeconfig != mount+"/"+controlplane.KeyKubeProxyKubeconfig {
-			t.Errorf("kubeconfig %s is not the mounted one", cfg.ClientConnection.Kubeconfig)
+		if cfg.ClientConnection.Kubeconfig != "" {
+			t.Errorf("kubeconfig %s: a kubeconfig file can name commands to run (exec plugins)", cfg.ClientConnection.Kubeconfig)
 		}
 		if cfg.Linux.Conntrack.MaxPerCore == nil || *cfg.Linux.Conntrack.MaxPerCore != 0 {
 			t.Errorf("conntrack maxPerCore %v: want 0, the node's table size left alone", cfg.Linux.Conntrack.MaxPerCore)
 		}
-		if keys := slices.Sorted(maps.Keys(cm.Data)); !slices.Equal(keys, []string{controlplane.KeyKubeProxyKubeconfig}) {
-			t.Errorf("ConfigMap keys %q: only the kubeconfig, the rest is in the pod's flags, which the tenant's apiserver pins", keys)
+		for _, v := range pod.Volumes {
+			if v.HostPath == nil {
+				t.Errorf("volume %s: want the two host paths only (the service-account token is added by the apiserver)", v.Name)
+			}
 		}
-
-		kc, err := kubeconfig.Parse([]byte(cm.Data[controlplane.KeyKubeProxyKubeconfig]))
-		if err != nil {
-			t.Fatal(err)
+		// client-go's in-cluster configuration: the server from the pod's environment (its
+		// own values come before the kubelet's Service variables), the token and CA bundle
+		// from its service-account volume.
+		env := map[string]string{}
+		for _, e := range c.Env {
+			env[e.Name] = e.Value
 		}
-		if kc.Server != "https://192.0.2.10:31443" || string(kc.CAPEM) != string(ca.CertPEM()) {
-			t.Errorf("kubeconfig server %s, CA equal %v", kc.Server, string(kc.CAPEM) == string(ca.CertPEM()))
-		}
-		if kc.TokenFile != "/var/run/secrets/kubernetes.io/serviceaccount/token" || kc.Token != "" || len(kc.ClientKeyPEM) != 0 {
-			t.Errorf("kubeconfig credentials: token file %q: want the pod's service-account token, and nothing else", kc.TokenFile)
+		for name, want := range map[string]string{"KUBERNETES_SERVICE_HOST": "192.0.2.10", "KUBERNETES_SERVICE_PORT": "31443"} {
+			if env[name] != want {
+				t.Errorf("%s=%q, want %q", name, env[name], want)
+			}
 		}
 	})
 
-	t.Run("a new configuration restarts the pods", func(t *testing.T) {
-		moved, err := controlplane.TenantKubeProxy(s, "https://192.0.2.11:31443", ca.CertPEM())
+	t.Run("another server changes the pods", func(t *testing.T) {
+		moved, err := controlplane.TenantKubeProxy(s, "https://[2001:db8::1]:6443")
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, b := ds.Spec.Template.Annotations[naming.AnnotationConfigHash], moved.DaemonSet.Spec.Template.Annotations[naming.AnnotationConfigHash]
-		if a == "" || a == b {
-			t.Errorf("config hash %q, then %q for another server", a, b)
+		if equality.Semantic.DeepEqual(moved.DaemonSet.Spec.Template, ds.Spec.Template) {
+			t.Errorf("the same pod template for another server")
 		}
-		again, _ := controlplane.TenantKubeProxy(s, "https://192.0.2.10:31443", ca.CertPEM())
-		if again.DaemonSet.Spec.Template.Annotations[naming.AnnotationConfigHash] != a {
-			t.Errorf("the same inputs give another config hash")
+		env := moved.DaemonSet.Spec.Template.Spec.Containers[0].Env
+		if env[1].Value != "2001:db8::1" || env[2].Value != "6443" {
+			t.Errorf("env %+v for https://[2001:db8::1]:6443", env)
+		}
+		again, _ := controlplane.TenantKubeProxy(s, "https://192.0.2.10:31443")
+		if !equality.Semantic.DeepEqual(again.DaemonSet, ds) {
+			t.Errorf("the same inputs give another DaemonSet")
 		}
 	})
 
 	t.Run("label values are valid", func(t *testing.T) {
-		for _, labels := range []map[string]string{objs.ServiceAccount.Labels, objs.ClusterRoleBinding.Labels, objs.ConfigMap.Labels, ds.Labels, ds.Spec.Template.Labels} {
+		for _, labels := range []map[string]string{objs.ServiceAccount.Labels, objs.ClusterRoleBinding.Labels, ds.Labels, ds.Spec.Template.Labels} {
 			for k, v := range labels {
 				if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
 					t.Errorf("label %s=%q: %s", k, v, strings.Join(errs, "; "))
@@ -175,11 +156,13 @@ func TestTenantKubeProxy(t *testing.T) {
 	t.Run("no image, no server: errors", func(t *testing.T) {
 		noImage := s
 		noImage.Image = ""
-		if _, err := controlplane.TenantKubeProxy(noImage, "https://192.0.2.10:31443", ca.CertPEM()); err == nil {
+		if _, err := controlplane.TenantKubeProxy(noImage, "https://192.0.2.10:31443"); err == nil {
 			t.Error("no error without an image")
 		}
-		if _, err := controlplane.TenantKubeProxy(s, "", ca.CertPEM()); err == nil {
-			t.Error("no error without a server")
+		for _, server := range []string{"", "http://192.0.2.10:80", "https://192.0.2.10", "https://192.0.2.10:6443/path", "https://u:p@192.0.2.10:6443"} {
+			if _, err := controlplane.TenantKubeProxy(s, server); err == nil {
+				t.Errorf("no error for server %q", server)
+			}
 		}
 	})
 }
@@ -217,7 +200,7 @@ func labelsMatch(selector, labels map[string]string) bool {
 // A kube-proxy for every node (the local host cluster's) with the pods' range.
 func TestKubeProxyEveryNode(t *testing.T) {
 	objs, err := controlplane.KubeProxy{
-		Image: "kubenest.io/kubenest:dev", Server: "https://172.30.0.1:6443", CAPEM: []byte("ca"), ClusterName: "host",
+		Image: "kubenest.io/kubenest:dev", Server: "https://172.30.0.1:6443",
 		ClusterCIDR: "10.244.0.0/16",
 	}.Objects()
 	if err != nil {

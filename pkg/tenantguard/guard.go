@@ -10,7 +10,12 @@
 //     namespaces, host paths or host ports), whatever the namespace's labels say: a lent node is
 //     a host machine, and the tenant's admin must not become its root. The one exception is the
 //     operator's kube-proxy DaemonSet, exactly as the operator builds it. A platform that trusts
-//     a tenant grants "privileged" per VirtualCluster.
+//     a tenant grants "privileged" per VirtualCluster. Under baseline also: no PersistentVolume
+//     of the node's own files or devices (hostPath, local, flexVolume, fc), which a baseline
+//     pod could mount through a claim; no exec, attach or port-forward into a pod bound to a
+//     node that baseline would not admit (the kube-proxy); and none of the kubelet's debugging
+//     handlers (exec, run, attach, port-forward, checkpoint) through nodes/proxy, nor straight
+//     at a kubelet (NodeProxyAuthorizer): the kubelet's API runs any command in any container.
 //
 // The guard is wired into the apiserver's admission chain by nest-controlplane itself, not as
 // a plugin a flag could turn off, and its settings are flags the operator owns.
@@ -20,6 +25,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"net/url"
+	"path"
 	"slices"
 	"strings"
 
@@ -28,6 +35,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	api "k8s.io/kubernetes/pkg/apis/core"
 	apiv1 "k8s.io/kubernetes/pkg/apis/core/v1"
 	"k8s.io/kubernetes/pkg/apis/networking"
@@ -88,7 +96,7 @@ func New(cfg Config) (*Guard, error) {
 		return nil, err
 	}
 	return &Guard{
-		Handler:   admission.NewHandler(admission.Create, admission.Update),
+		Handler:   admission.NewHandler(admission.Create, admission.Update, admission.Connect),
 		cfg:       cfg,
 		evaluator: evaluator,
 		kubeProxy: kubeProxy,
@@ -104,8 +112,14 @@ func (g *Guard) Validate(ctx context.Context, a admission.Attributes, _ admissio
 		return g.service(a)
 	case gr == networking.Resource("servicecidrs") && a.GetSubresource() == "":
 		return g.serviceCIDR(a)
-	case gr == api.Resource("pods"):
+	case gr == api.Resource("pods") && a.GetOperation() == admission.Connect:
+		return g.podConnect(ctx, a)
+	case gr == api.Resource("pods"), gr == api.Resource("bindings"):
 		return g.pod(ctx, a)
+	case gr == api.Resource("persistentvolumes") && a.GetSubresource() == "":
+		return g.persistentVolume(a)
+	case gr == api.Resource("nodes") && a.GetSubresource() == "proxy" && a.GetOperation() == admission.Connect:
+		return g.nodeProxy(a)
 	}
 	return nil
 }
@@ -206,7 +220,12 @@ func (g *Guard) pod(ctx context.Context, a admission.Attributes) error {
 	if g.cfg.NodePodSecurity == psapi.LevelPrivileged {
 		return nil
 	}
-	switch a.GetSubresource() {
+	subresource := a.GetSubresource()
+	if a.GetResource().Resource == "bindings" {
+		// POST /api/v1/namespaces/{ns}/bindings, the older form of pods/binding.
+		subresource = "binding"
+	}
+	switch subresource {
 	case "binding":
 		b, ok := a.GetObject().(*api.Binding)
 		if !ok || g.cfg.Pod == nil {
@@ -266,4 +285,129 @@ func unchangedForPodSecurity(old, in *api.Pod) bool {
 		}
 	}
 	return true
+}
+
+// persistentVolume refuses, under baseline, volumes of the node's own files or devices: a
+// baseline pod mounts any claim, and the kubelet mounts what the claim's volume names.
+func (g *Guard) persistentVolume(a admission.Attributes) error {
+	if g.cfg.NodePodSecurity == psapi.LevelPrivileged {
+		return nil
+	}
+	pv, ok := a.GetObject().(*api.PersistentVolume)
+	if !ok {
+		return nil
+	}
+	if old, ok := a.GetOldObject().(*api.PersistentVolume); ok && equality.Semantic.DeepEqual(old.Spec.PersistentVolumeSource, pv.Spec.PersistentVolumeSource) {
+		return nil // admitted before (the binder's and the protection controller's updates)
+	}
+	src, path := pv.Spec.PersistentVolumeSource, field.NewPath("spec")
+	var errs field.ErrorList
+	for _, kind := range []struct {
+		name string
+		set  bool
+	}{
+		{"hostPath", src.HostPath != nil}, {"local", src.Local != nil}, {"flexVolume", src.FlexVolume != nil}, {"fc", src.FC != nil},
+	} {
+		if kind.set {
+			errs = append(errs, field.Forbidden(path.Child(kind.name), fmt.Sprintf(
+				"%s volumes are the node's own files or devices, which a pod of this cluster must not reach on the host machines lent to it (Pod Security %q; the platform may grant privileged pods per VirtualCluster with spec.nodes.podSecurity)",
+				kind.name, g.cfg.NodePodSecurity)))
+		}
+	}
+	return g.forbidden(a, errs)
+}
+
+// podConnect refuses, under baseline, exec, attach and port-forward into a pod bound to a
+// node that baseline would not admit: the operator's kube-proxy (privileged, on the host's
+// network), or a pod admitted while privileged pods were granted.
+func (g *Guard) podConnect(ctx context.Context, a admission.Attributes) error {
+	if g.cfg.NodePodSecurity == psapi.LevelPrivileged || g.cfg.Pod == nil {
+		return nil
+	}
+	switch a.GetSubresource() {
+	case "exec", "attach", "portforward":
+	default:
+		return nil
+	}
+	pod, err := g.cfg.Pod(ctx, a.GetNamespace(), a.GetName())
+	if apierrors.IsNotFound(err) {
+		return nil // the request fails on its own
+	}
+	if err != nil {
+		return apierrors.NewInternalError(fmt.Errorf("%s: reading pod %s/%s to check it before %s: %w", Name, a.GetNamespace(), a.GetName(), a.GetSubresource(), err))
+	}
+	if pod.Spec.NodeName == "" {
+		return nil
+	}
+	result := policy.AggregateCheckResults(g.evaluator.EvaluatePod(g.level, &pod.ObjectMeta, &pod.Spec))
+	if result.Allowed {
+		return nil
+	}
+	return apierrors.NewForbidden(a.GetResource().GroupResource(), pod.Name, fmt.Errorf(
+		"%s: pod %s/%s on node %s does not meet Pod Security %q (%s), and %s into it would run as the host machine's root (nodes lent to a KubeNest tenant are host machines)",
+		Name, pod.Namespace, pod.Name, pod.Spec.NodeName, g.cfg.NodePodSecurity, result.ForbiddenDetail(), a.GetSubresource()))
+}
+
+// kubeletDebugHandlers are the first path segments, lower-cased, of the kubelet's handlers
+// that run commands in containers, stream into them or dump them, and of its debug endpoints.
+var kubeletDebugHandlers = []string{"exec", "run", "attach", "portforward", "cri", "checkpoint", "debug"}
+
+// nodeProxy refuses, under baseline, the kubelet's debugging handlers through nodes/proxy:
+// they reach every container of the node, the kube-proxy's too (pods/exec is checked above).
+func (g *Guard) nodeProxy(a admission.Attributes) error {
+	if g.cfg.NodePodSecurity == psapi.LevelPrivileged {
+		return nil
+	}
+	opts, ok := a.GetObject().(*api.NodeProxyOptions)
+	if !ok {
+		return nil
+	}
+	if handler := KubeletDebugHandler(opts.Path); handler != "" {
+		return apierrors.NewForbidden(a.GetResource().GroupResource(), a.GetName(), fmt.Errorf(
+			"%s: the kubelet's %q handler through nodes/proxy is refused on this cluster's nodes (Pod Security %q: they are host machines); use pods/exec, pods/attach, pods/portforward and pods/log, which are checked",
+			Name, handler, g.cfg.NodePodSecurity))
+	}
+	return nil
+}
+
+// KubeletDebugHandler is the kubelet debugging handler a path reaches, or "": the first
+// segment of the path, unescaped until it no longer changes and cleaned, in lower case.
+func KubeletDebugHandler(p string) string {
+	for range 8 {
+		u, err := url.PathUnescape(p)
+		if err != nil || u == p {
+			break
+		}
+		p = u
+	}
+	p = strings.ToLower(path.Clean("/" + strings.ReplaceAll(p, "\\", "/")))
+	first, _, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/")
+	first, _, _ = strings.Cut(first, ";")
+	if slices.Contains(kubeletDebugHandlers, first) {
+		return first
+	}
+	return ""
+}
+
+// NodeProxyAuthorizer is the guard's authorizer, ahead of every other (system:masters
+// included). Under baseline it denies the question a kubelet asks before it serves its API to
+// a client that reached it directly, not through the apiserver: may this user use the node's
+// proxy subresource (exec, run, attach, port-forward: any command in any container)? Only
+// the tenant's apiserver may (APIServerUser, the user of its kubelet client certificate, which
+// the tenant cannot obtain: its controller-manager signs no client certificate of the cluster
+// CA); the apiserver's own pods/exec and nodes/proxy requests are checked in admission above.
+// A kubelet's question is a SubjectAccessReview, whose attributes carry no request path; a
+// request through the apiserver always has one, so those are left to the other authorizers.
+type NodeProxyAuthorizer struct {
+	Level         psapi.Level
+	APIServerUser string
+}
+
+// Authorize denies, under baseline, nodes/proxy asked for without a path by anyone but the apiserver.
+func (z NodeProxyAuthorizer) Authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	if z.Level == psapi.LevelPrivileged || !a.IsResourceRequest() || a.GetAPIGroup() != "" || a.GetResource() != "nodes" ||
+		a.GetSubresource() != "proxy" || a.GetPath() != "" || a.GetUser() == nil || a.GetUser().GetName() == z.APIServerUser {
+		return authorizer.DecisionNoOpinion, "", nil
+	}
+	return authorizer.DecisionDeny, fmt.Sprintf("%s: a kubelet of this cluster serves its proxy subresource (exec, run, attach, port-forward) to the tenant's apiserver only; use pods/exec through the apiserver", Name), nil
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/utils/ptr"
 
 	api "k8s.io/kubernetes/pkg/apis/core"
@@ -162,6 +163,12 @@ func TestPodsOnNodes(t *testing.T) {
 		if err := validate(t, g, attrs(bind("plain"), nil, "pods", "binding", "default", "plain", admission.Create)); err != nil {
 			t.Errorf("binding a baseline pod: %v", err)
 		}
+		// POST /api/v1/namespaces/default/bindings, the older form of the same.
+		wantRefused(t, "binding a privileged pod through the bindings resource", validate(t, g, attrs(bind("root"), nil, "bindings", "", "default", "root", admission.Create)),
+			"privileged", "node lent-1")
+		if err := validate(t, g, attrs(bind("plain"), nil, "bindings", "", "default", "plain", admission.Create)); err != nil {
+			t.Errorf("binding a baseline pod through the bindings resource: %v", err)
+		}
 	})
 	t.Run("ephemeral containers and image changes of a bound pod", func(t *testing.T) {
 		bound := plain.DeepCopy()
@@ -187,7 +194,7 @@ func TestPodsOnNodes(t *testing.T) {
 // The operator's kube-proxy may be privileged on lent nodes, exactly as the operator builds it.
 func TestKubeProxyExemption(t *testing.T) {
 	g := newGuard(t, psapi.LevelBaseline, nil)
-	objs, err := controlplane.TenantKubeProxy(controlplane.Settings{Image: image}, "https://192.0.2.10:31443", []byte("ca"))
+	objs, err := controlplane.TenantKubeProxy(controlplane.Settings{Image: image}, "https://192.0.2.10:31443")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,6 +222,13 @@ func TestKubeProxyExemption(t *testing.T) {
 	if err := validate(t, g, attrs(proxy(nil), nil, "pods", "", "kube-system", "kube-proxy-x1", admission.Create)); err != nil {
 		t.Fatalf("the operator's kube-proxy: %v", err)
 	}
+	// The tenant may point its own kube-proxy at a server of its own: rules for that node's traffic.
+	elsewhere := proxy(func(p *corev1.Pod) {
+		p.Spec.Containers[0].Env[1].Value, p.Spec.Containers[0].Env[2].Value = "198.51.100.7", "443"
+	})
+	if err := validate(t, g, attrs(elsewhere, nil, "pods", "", "kube-system", "kube-proxy-x1", admission.Create)); err != nil {
+		t.Errorf("the operator's kube-proxy towards another server: %v", err)
+	}
 	for name, mutate := range map[string]func(*corev1.Pod){
 		"another image":      func(p *corev1.Pod) { p.Spec.Containers[0].Image = "evil.example/shell:1" },
 		"another command":    func(p *corev1.Pod) { p.Spec.Containers[0].Command = []string{"/bin/sh", "-c", "cat /h/etc/shadow"} },
@@ -226,12 +240,21 @@ func TestKubeProxyExemption(t *testing.T) {
 		"an exec hook": func(p *corev1.Pod) {
 			p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"x"}}}}
 		},
-		"a writable mount": func(p *corev1.Pod) { p.Spec.Containers[0].VolumeMounts[2].ReadOnly = false },
+		"a writable mount": func(p *corev1.Pod) { p.Spec.Containers[0].VolumeMounts[1].ReadOnly = false },
 		"environment added": func(p *corev1.Pod) {
 			p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "LD_PRELOAD", Value: "/x"})
 		},
-		"an init container":   func(p *corev1.Pod) { p.Spec.InitContainers = rootPod("").Spec.Containers },
-		"a projected secret":  func(p *corev1.Pod) { p.Spec.Volumes[3].Projected.Sources[1].ConfigMap.Name = "other" },
+		"an init container":  func(p *corev1.Pod) { p.Spec.InitContainers = rootPod("").Spec.Containers },
+		"a projected secret": func(p *corev1.Pod) { p.Spec.Volumes[2].Projected.Sources[1].ConfigMap.Name = "other" },
+		"a ConfigMap of files mounted": func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "kube-proxy", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "kube-proxy"}}}})
+			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "kube-proxy", MountPath: "/var/lib/kube-proxy", ReadOnly: true})
+		},
+		"the server from a ConfigMap": func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env[1] = corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", ValueFrom: &corev1.EnvVarSource{
+				ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "x"}, Key: "host"}}}
+		},
 		"subPath of a volume": func(p *corev1.Pod) { p.Spec.Containers[0].VolumeMounts[1].SubPath = "x" },
 	} {
 		wantRefused(t, "kube-proxy with "+name, validate(t, g, attrs(proxy(mutate), nil, "pods", "", "kube-system", "kube-proxy-x1", admission.Create)), "privileged")
@@ -240,4 +263,119 @@ func TestKubeProxyExemption(t *testing.T) {
 	old := proxy(nil)
 	swapped := proxy(func(p *corev1.Pod) { p.Spec.Containers[0].Image = "evil.example/shell:1" })
 	wantRefused(t, "the kube-proxy pod's image swapped", validate(t, g, attrs(swapped, old, "pods", "", "kube-system", "kube-proxy-x1", admission.Update)), "privileged")
+}
+
+func TestPersistentVolumes(t *testing.T) {
+	g := newGuard(t, psapi.LevelBaseline, nil)
+	pv := func(src api.PersistentVolumeSource) *api.PersistentVolume {
+		return &api.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv"}, Spec: api.PersistentVolumeSpec{PersistentVolumeSource: src}}
+	}
+	for name, src := range map[string]api.PersistentVolumeSource{
+		"hostPath":   {HostPath: &api.HostPathVolumeSource{Path: "/"}},
+		"local":      {Local: &api.LocalVolumeSource{Path: "/dev/sda"}},
+		"flexVolume": {FlexVolume: &api.FlexPersistentVolumeSource{Driver: "x/y"}},
+		"fc":         {FC: &api.FCVolumeSource{WWIDs: []string{"w"}}},
+	} {
+		wantRefused(t, name, validate(t, g, attrs(pv(src), nil, "persistentvolumes", "", "", "pv", admission.Create)), "spec."+name, `Pod Security "baseline"`)
+	}
+	csi := pv(api.PersistentVolumeSource{CSI: &api.CSIPersistentVolumeSource{Driver: "d", VolumeHandle: "h"}})
+	if err := validate(t, g, attrs(csi, nil, "persistentvolumes", "", "", "pv", admission.Create)); err != nil {
+		t.Errorf("a CSI volume: %v", err)
+	}
+	// One admitted while privileged pods were granted keeps being updated by its controllers.
+	host := pv(api.PersistentVolumeSource{HostPath: &api.HostPathVolumeSource{Path: "/data"}})
+	bound := host.DeepCopy()
+	bound.Spec.ClaimRef = &api.ObjectReference{Namespace: "default", Name: "claim"}
+	if err := validate(t, g, attrs(bound, host, "persistentvolumes", "", "", "pv", admission.Update)); err != nil {
+		t.Errorf("binding a volume admitted before: %v", err)
+	}
+	granted := newGuard(t, psapi.LevelPrivileged, nil)
+	if err := validate(t, granted, attrs(host, nil, "persistentvolumes", "", "", "pv", admission.Create)); err != nil {
+		t.Errorf("a hostPath volume with privileged granted: %v", err)
+	}
+}
+
+// The kubelet's API runs commands in any container: none into the privileged kube-proxy under
+// baseline, by any way; into other pods through pods/exec as before.
+func TestKubeletAPI(t *testing.T) {
+	objs, err := controlplane.TenantKubeProxy(controlplane.Settings{Image: image}, "https://192.0.2.10:31443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy-x1", Namespace: "kube-system"}, Spec: *objs.DaemonSet.Spec.Template.Spec.DeepCopy()}
+	proxy.Spec.NodeName = "lent-1"
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: "lent-1", Containers: []corev1.Container{{Name: "app", Image: "busybox"}}}}
+	pods := map[string]*corev1.Pod{"kube-system/kube-proxy-x1": proxy, "default/plain": plain}
+	g := newGuard(t, psapi.LevelBaseline, pods)
+
+	for _, sub := range []string{"exec", "attach", "portforward"} {
+		wantRefused(t, sub+" into the kube-proxy", validate(t, g, attrs(&api.PodExecOptions{}, nil, "pods", sub, "kube-system", "kube-proxy-x1", admission.Connect)),
+			"kube-system/kube-proxy-x1", "privileged", sub)
+		if err := validate(t, g, attrs(&api.PodExecOptions{}, nil, "pods", sub, "default", "plain", admission.Connect)); err != nil {
+			t.Errorf("%s into a baseline pod: %v", sub, err)
+		}
+	}
+	if err := validate(t, g, attrs(&api.PodProxyOptions{}, nil, "pods", "proxy", "kube-system", "kube-proxy-x1", admission.Connect)); err != nil {
+		t.Errorf("pods/proxy, which reaches the pod's ports only: %v", err)
+	}
+
+	nodeProxy := func(p string) error {
+		return validate(t, g, attrs(&api.NodeProxyOptions{Path: p}, nil, "nodes", "proxy", "", "lent-1", admission.Connect))
+	}
+	for _, p := range []string{"/exec/kube-system/kube-proxy-x1/kube-proxy", "run/kube-system/kube-proxy-x1/kube-proxy", "//./attach/a/b/c",
+		"/portForward/a/b", "/%65xec/a/b/c", "/%2565xec/a/b/c", "/x/../RUN/a/b/c", "/cri/exec/token", "/checkpoint/a/b/c", "/debug/pprof/heap", `\exec\a`} {
+		wantRefused(t, "nodes/proxy "+p, nodeProxy(p), "nodes/proxy", "pods/exec")
+	}
+	for _, p := range []string{"/healthz", "/metrics", "/metrics/cadvisor", "/stats/summary", "/containerLogs/default/plain/app", "/pods", "/runningpods/", "/configz", ""} {
+		if err := nodeProxy(p); err != nil {
+			t.Errorf("nodes/proxy %s: %v", p, err)
+		}
+	}
+	granted := newGuard(t, psapi.LevelPrivileged, pods)
+	if err := validate(t, granted, attrs(&api.PodExecOptions{}, nil, "pods", "exec", "kube-system", "kube-proxy-x1", admission.Connect)); err != nil {
+		t.Errorf("exec with privileged granted: %v", err)
+	}
+	if err := validate(t, granted, attrs(&api.NodeProxyOptions{Path: "/exec/a/b/c"}, nil, "nodes", "proxy", "", "lent-1", admission.Connect)); err != nil {
+		t.Errorf("nodes/proxy exec with privileged granted: %v", err)
+	}
+
+	t.Run("a kubelet's own question, from a client that reached it directly", func(t *testing.T) {
+		z := tenantguard.NodeProxyAuthorizer{Level: psapi.LevelBaseline, APIServerUser: controlplane.APIServerKubeletClient}
+		ask := func(z tenantguard.NodeProxyAuthorizer, who *user.DefaultInfo, sub, path string) authorizer.Decision {
+			d, _, err := z.Authorize(context.Background(), authorizer.AttributesRecord{User: who, Verb: "create", Resource: "nodes",
+				Subresource: sub, Name: "lent-1", ResourceRequest: true, Path: path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+		admin := &user.DefaultInfo{Name: "kubernetes-admin", Groups: []string{"system:masters"}}
+		apiserver := &user.DefaultInfo{Name: controlplane.APIServerKubeletClient}
+		if d := ask(z, admin, "proxy", ""); d != authorizer.DecisionDeny {
+			t.Errorf("the tenant's admin at a kubelet's proxy: %v, want denied", d)
+		}
+		if d := ask(z, apiserver, "proxy", ""); d != authorizer.DecisionNoOpinion {
+			t.Errorf("the apiserver at a kubelet's proxy: %v, want no opinion", d)
+		}
+		if d := ask(z, admin, "metrics", ""); d != authorizer.DecisionNoOpinion {
+			t.Errorf("the tenant's admin at a kubelet's metrics: %v, want no opinion", d)
+		}
+		if d := ask(z, admin, "proxy", "/api/v1/nodes/lent-1/proxy/healthz"); d != authorizer.DecisionNoOpinion {
+			t.Errorf("nodes/proxy through the apiserver (checked in admission): %v, want no opinion", d)
+		}
+		granted := tenantguard.NodeProxyAuthorizer{Level: psapi.LevelPrivileged, APIServerUser: controlplane.APIServerKubeletClient}
+		if d := ask(granted, admin, "proxy", ""); d != authorizer.DecisionNoOpinion {
+			t.Errorf("with privileged granted: %v, want no opinion", d)
+		}
+	})
+}
+
+func TestKubeletDebugHandler(t *testing.T) {
+	for p, want := range map[string]string{"/exec/a/b/c": "exec", "exec": "exec", "/portForward/a/b": "portforward", "/a/../run": "run",
+		"/%2565xec": "exec", "/exec;x=y/a": "exec", "/healthz": "", "/runningpods/": "", "/execx": "", "": ""} {
+		if got := tenantguard.KubeletDebugHandler(p); got != want {
+			t.Errorf("%q: %q, want %q", p, got, want)
+		}
+	}
 }

@@ -978,7 +978,88 @@ func TestHostileTenant(t *testing.T) {
 		if logs, ok := runTenantPod(t, ctx, evil, "plain", lendableNode, "echo plain ok"); !ok || !strings.Contains(logs, "plain ok") {
 			t.Errorf("a baseline pod on the lent node: %q (ok %v)", logs, ok)
 		}
-		waitKubeProxyPod(t, ctx, evil, lendableNode, time.Time{})
+		proxyPod := waitKubeProxyPod(t, ctx, evil, lendableNode, time.Time{})
+
+		// The same privileged pod, unbound and kept from the scheduler, then bound through the
+		// older bindings resource; or the host's / as a volume a baseline pod mounts by claim.
+		unbound := root.DeepCopy()
+		unbound.Name, unbound.Spec.NodeName, unbound.Spec.SchedulerName = "root-unbound", "", "none"
+		if _, err := evil.CoreV1().Pods("ops").Create(ctx, unbound, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("an unbound pod: %v", err)
+		}
+		err = evil.CoreV1().RESTClient().Post().Namespace("ops").Resource("bindings").Body(&corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: unbound.Name}, Target: corev1.ObjectReference{Kind: "Node", Name: lendableNode}}).Do(ctx).Error()
+		refused(t, "binding the privileged pod to the lent node through the bindings resource", err, "KubeNestTenantGuard", "privileged")
+		_, err = evil.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "host-root"},
+			Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}},
+				Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}},
+			metav1.CreateOptions{})
+		refused(t, "a hostPath PersistentVolume of the host's /", err, "KubeNestTenantGuard", "spec.hostPath")
+
+		// A command in the tenant's own kube-proxy (privileged, on the host's network): through
+		// pods/exec, through the kubelet's API via nodes/proxy, and at the kubelet straight with
+		// a token of a ServiceAccount the tenant made cluster-admin.
+		err = evil.CoreV1().RESTClient().Post().Namespace("kube-system").Resource("pods").Name(proxyPod.Name).SubResource("exec").
+			Param("container", "kube-proxy").Param("command", "iptables").Param("command", "-S").Param("stdout", "true").Do(ctx).Error()
+		refused(t, "exec into the tenant's kube-proxy", err, "KubeNestTenantGuard", "privileged")
+		err = evil.CoreV1().RESTClient().Post().AbsPath("/api/v1/nodes", lendableNode, "proxy/run/kube-system", proxyPod.Name, "kube-proxy").
+			Param("cmd", "iptables -S").Do(ctx).Error()
+		refused(t, "the lent kubelet's run handler through nodes/proxy", err, "KubeNestTenantGuard", `"run" handler`)
+		if _, err := evil.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ops-admin"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: "ops"}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := evil.CoreV1().ServiceAccounts("ops").CreateToken(ctx, "default", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lent, err := evil.CoreV1().Nodes().Get(ctx, lendableNode, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kubeletURL string
+		for _, a := range lent.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				kubeletURL = "https://" + net.JoinHostPort(a.Address, fmt.Sprint(lent.Status.DaemonEndpoints.KubeletEndpoint.Port))
+			}
+		}
+		kubeletCall := func(method, path string) (int, string) {
+			req, err := http.NewRequestWithContext(ctx, method, kubeletURL+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+tr.Status.Token)
+			hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatalf("the lent kubelet at %s: %v", kubeletURL, err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(body)
+		}
+		// The token is the kubelet's to accept (its metrics stay the tenant's); the command is not.
+		if code, body := kubeletCall(http.MethodGet, "/metrics"); code != http.StatusOK {
+			t.Errorf("the lent kubelet's /metrics with the tenant's cluster-admin token: %d %.200q; want it served (the attack below proves nothing otherwise)", code, body)
+		}
+		if code, body := kubeletCall(http.MethodPost, "/run/kube-system/"+proxyPod.Name+"/kube-proxy?cmd=iptables+-S"); code != http.StatusForbidden {
+			t.Errorf("a command in the kube-proxy at the lent kubelet straight: %d %.300q; want 403", code, body)
+		} else {
+			t.Logf("a command in the kube-proxy at the lent kubelet straight: refused: %.200s", body)
+		}
+		// exec through the apiserver into a baseline pod still works: the apiserver's own
+		// kubelet client is the one the kubelet serves its proxy to.
+		sleeper := scriptPod("sleeper", lendableNode, "sleep 3600")
+		sleeper.Spec.RestartPolicy = corev1.RestartPolicyAlways
+		if _, err := evil.CoreV1().Pods("default").Create(ctx, sleeper, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitTenantPodRunning(t, ctx, evil, "default", "sleeper")
+		if out := kubectl(t, "--kubeconfig", attackerKC, "exec", "sleeper", "--", "echo", "exec ok"); strings.TrimSpace(out) != "exec ok" {
+			t.Errorf("kubectl exec into a baseline pod on the lent node: %q", out)
+		}
+		_ = evil.CoreV1().Pods("default").Delete(ctx, "sleeper", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 
 		// The kubelet's API works through nodes/proxy, but the machine's own logs (a host
 		// kubelet lists /var/log there) are not the tenant's to read.

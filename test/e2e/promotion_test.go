@@ -93,16 +93,10 @@ func TestNodePromotion(t *testing.T) {
 		if _, err := tenant.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			p, err := tenant.CoreV1().Pods("default").Get(ctx, "pinned", metav1.GetOptions{})
-			return err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
-		})
-		if err != nil {
-			t.Fatalf("pod pinned to the lent node not Running: %v", err)
-		}
+		waitTenantPodRunning(t, ctx, tenant, "default", "pinned")
 		// Running says the container started, not that its first line is written yet.
 		var logs []byte
-		err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
 			var err error
 			logs, err = tenant.CoreV1().Pods("default").GetLogs("pinned", &corev1.PodLogOptions{}).DoRaw(ctx)
 			return err == nil && strings.Contains(string(logs), "running on pinned"), nil

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -22,13 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/kubectl/pkg/util/podutils"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
-	"github.com/kubenest-io/kubenest/pkg/controlplane"
 )
 
 const sharedNode = "kubenest-shared"
@@ -250,7 +249,8 @@ func waitKubeProxyPod(t *testing.T, ctx context.Context, cluster kubernetes.Inte
 
 // checkOneKubeProxy checks that exactly one kube-proxy runs in node's network namespace (two
 // would fight over its iptables rules), and that it serves the cluster whose apiserver is
-// server: it reads the kubeconfig the process has mounted.
+// server: it reads the server from the process's environment (client-go's in-cluster
+// configuration).
 func checkOneKubeProxy(t *testing.T, ctx context.Context, node, server string) {
 	t.Helper()
 	var netns syscall.Stat_t
@@ -273,14 +273,18 @@ func checkOneKubeProxy(t *testing.T, ctx context.Context, node, server string) {
 			if ns, err := os.Readlink(filepath.Join(dir, "ns", "net")); err != nil || ns != want {
 				continue
 			}
-			kc, err := clientcmd.LoadFromFile(filepath.Join(dir, "root", controlplane.KubeProxyConfigDir, controlplane.KeyKubeProxyKubeconfig))
+			environ, err := os.ReadFile(filepath.Join(dir, "environ"))
 			if err != nil {
 				servers = append(servers, fmt.Sprintf("%s: %v", dir, err))
 				continue
 			}
-			for _, c := range kc.Clusters {
-				servers = append(servers, c.Server)
+			env := map[string]string{}
+			for _, kv := range strings.Split(string(environ), "\x00") {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					env[k] = v
+				}
 			}
+			servers = append(servers, "https://"+net.JoinHostPort(env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]))
 		}
 		return len(servers) == 1, nil
 	})
@@ -381,6 +385,21 @@ look() { for i in 1 2 3 4 5; do nslookup "$1" && return 0; sleep 1; done; return
 func runTenantPod(t *testing.T, ctx context.Context, tenant kubernetes.Interface, name, node, script string) (string, bool) {
 	t.Helper()
 	return runTenantPodSpec(t, ctx, tenant, scriptPod(name, node, script))
+}
+
+// waitTenantPodRunning waits until the tenant's pod ns/name runs and has an address.
+func waitTenantPodRunning(t *testing.T, ctx context.Context, tenant kubernetes.Interface, ns, name string) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := tenant.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		pod = p
+		return err == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "", nil
+	})
+	if err != nil {
+		t.Fatalf("tenant pod %s/%s not Running: %v", ns, name, err)
+	}
+	return pod
 }
 
 // scriptPod is a busybox pod of the tenant's default namespace that runs script once on node.

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -91,6 +93,24 @@ func TestTenantGuard(t *testing.T) {
 		err = client.CoreV1().Pods("attack").Bind(ctx, &corev1.Binding{
 			ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "attack"}, Target: corev1.ObjectReference{Kind: "Node", Name: "lent-1"}}, metav1.CreateOptions{})
 		refused("binding the privileged pod to a lent node", err, "KubeNestTenantGuard", "privileged")
+		// The older form of the same: POST /api/v1/namespaces/{ns}/bindings.
+		err = client.CoreV1().RESTClient().Post().Namespace("attack").Resource("bindings").Body(&corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "attack"}, Target: corev1.ObjectReference{Kind: "Node", Name: "lent-1"}}).Do(ctx).Error()
+		refused("binding the privileged pod through the bindings resource", err, "KubeNestTenantGuard", "privileged")
+
+		// The host's / through a volume a baseline pod mounts by its claim.
+		for name, src := range map[string]corev1.PersistentVolumeSource{
+			"hostPath": {HostPath: &corev1.HostPathVolumeSource{Path: "/"}},
+			"local":    {Local: &corev1.LocalVolumeSource{Path: "/"}},
+		} {
+			_, err = client.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "host-" + strings.ToLower(name)},
+				Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: src, Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+						MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{"lent-1"}}}}}}}}},
+				metav1.CreateOptions{})
+			refused("a "+name+" PersistentVolume of the host's /", err, "KubeNestTenantGuard", "spec."+name)
+		}
 
 		plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "attack"},
 			Spec: corev1.PodSpec{NodeName: "lent-1", Containers: []corev1.Container{{Name: "app", Image: "busybox"}}}}
@@ -106,7 +126,7 @@ func TestTenantGuard(t *testing.T) {
 	})
 
 	t.Run("the operator's kube-proxy runs privileged, and nothing dressed as it", func(t *testing.T) {
-		objs, err := controlplane.TenantKubeProxy(controlplane.DefaultSettings(), "https://192.0.2.10:31443", []byte("ca"))
+		objs, err := controlplane.TenantKubeProxy(controlplane.DefaultSettings(), "https://192.0.2.10:31443")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,6 +151,36 @@ func TestTenantGuard(t *testing.T) {
 		current.Spec.Containers[0].Image = "evil.example/shell:1"
 		_, err = client.CoreV1().Pods("kube-system").Update(ctx, current, metav1.UpdateOptions{})
 		refused("the kube-proxy pod's image swapped", err, "KubeNestTenantGuard", "privileged")
+
+		// A command in the running kube-proxy, as the host machine's root: through pods/exec,
+		// through the kubelet's API via nodes/proxy, or at the kubelet straight (its question
+		// to the apiserver: may this user use the node's proxy subresource?).
+		err = client.CoreV1().RESTClient().Post().Namespace("kube-system").Resource("pods").Name(pod.Name).SubResource("exec").
+			Param("container", "kube-proxy").Param("command", "iptables").Param("stdout", "true").Do(ctx).Error()
+		refused("exec into the kube-proxy", err, "KubeNestTenantGuard", "kube-system/kube-proxy-abcde", "privileged")
+		err = client.CoreV1().RESTClient().Post().AbsPath("/api/v1/nodes/lent-1/proxy/run/kube-system", pod.Name, "kube-proxy").
+			Param("cmd", "iptables").Do(ctx).Error()
+		refused("the kubelet's run handler through nodes/proxy", err, "KubeNestTenantGuard", `"run" handler`)
+		for user, want := range map[string]bool{"kubernetes-admin": false, controlplane.APIServerKubeletClient: true} {
+			review, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: user, Groups: []string{"system:masters", "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "create", Resource: "nodes", Subresource: "proxy", Name: "lent-1"},
+			}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if review.Status.Allowed != want {
+				t.Errorf("a kubelet asking whether %s may use its proxy subresource: allowed %v (%s), want %v", user, review.Status.Allowed, review.Status.Reason, want)
+			}
+		}
+		// What a kubelet serves besides, to the tenant's own monitoring: still the tenant's.
+		review, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "kubernetes-admin", Groups: []string{"system:masters"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes", Subresource: "metrics", Name: "lent-1"},
+		}}, metav1.CreateOptions{})
+		if err != nil || !review.Status.Allowed {
+			t.Errorf("a kubelet asking whether the admin may read its metrics: %+v, %v", review, err)
+		}
 	})
 }
 

@@ -426,7 +426,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 			result.RequeueAfter = probeRetryInterval
 		} else {
 			vc.Status.Version = version
-			if err := r.setupTenant(ctx, vc, tenant, readyIPs, exposure.ClusterIP, pki.authorities.CABundle()); err != nil {
+			if err := r.setupTenant(ctx, vc, tenant, readyIPs, exposure.ClusterIP); err != nil {
 				conds.Set(v1alpha1.ConditionAPIServerReady, false, ReasonSetupFailed,
 					"the tenant's apiserver answers, but applying its built-in objects (RBAC, cluster DNS, kube-proxy) failed; retrying")
 				return reconcile.Result{}, fmt.Errorf("setting up the tenant: %w", err)

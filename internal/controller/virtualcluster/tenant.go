@@ -145,25 +145,25 @@ func certificateProblem(err error) string {
 // users, its cluster DNS Service and the kube-proxy of the nodes lent to it (the RBAC of
 // KubeNest's own users the tenant's apiserver creates itself: controlplane.TenantClusterRoles).
 // readyIPs are the Ready control-plane pods, apiServerIP the host ClusterIP of the tenant's
-// apiserver Service, caPEM the tenant's CA bundle.
-func (r *Reconciler) setupTenant(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernetes.Interface, readyIPs []string, apiServerIP string, caPEM []byte) error {
+// apiserver Service.
+func (r *Reconciler) setupTenant(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernetes.Interface, readyIPs []string, apiServerIP string) error {
 	if err := bootstrapPortalUsers(ctx, client); err != nil {
 		return err
 	}
 	if err := tenantDNS(ctx, vc, client, readyIPs); err != nil {
 		return err
 	}
-	return r.tenantKubeProxy(ctx, vc, client, apiServerIP, caPEM)
+	return r.tenantKubeProxy(ctx, vc, client, apiServerIP)
 }
 
 // tenantKubeProxy keeps the tenant's kube-proxy DaemonSet, which runs on the nodes lent to
 // the tenant only and reaches the tenant's apiserver where their kubelets do.
-func (r *Reconciler) tenantKubeProxy(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernetes.Interface, apiServerIP string, caPEM []byte) error {
+func (r *Reconciler) tenantKubeProxy(ctx context.Context, vc *v1alpha1.VirtualCluster, client kubernetes.Interface, apiServerIP string) error {
 	server, err := controlplane.NodeEndpoint(vc.Status.Endpoint, apiServerIP)
 	if err != nil {
 		return err
 	}
-	objs, err := controlplane.TenantKubeProxy(r.Settings, server, caPEM)
+	objs, err := controlplane.TenantKubeProxy(r.Settings, server)
 	if err != nil {
 		return err
 	}
@@ -172,9 +172,6 @@ func (r *Reconciler) tenantKubeProxy(ctx context.Context, vc *v1alpha1.VirtualCl
 		return err
 	}
 	if err := applyInTenant(ctx, client.RbacV1().ClusterRoleBindings().Patch, objs.ClusterRoleBinding); err != nil {
-		return err
-	}
-	if err := applyInTenant(ctx, client.CoreV1().ConfigMaps(ns).Patch, objs.ConfigMap); err != nil {
 		return err
 	}
 	return applyInTenant(ctx, client.AppsV1().DaemonSets(ns).Patch, objs.DaemonSet)

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -22,16 +20,10 @@ import (
 // node. It reaches the apiserver at its address on the bridge, not through a Service: it is
 // what makes Services work.
 func (c config) installKubeProxy(ctx context.Context, nodes int) error {
-	ca, err := os.ReadFile(filepath.Join(c.pkiDir(), "ca.crt"))
-	if err != nil {
-		return err
-	}
 	objs, err := controlplane.KubeProxy{
 		Image:           c.kubeProxyImage,
 		ImagePullPolicy: corev1.PullNever,
 		Server:          fmt.Sprintf("https://%s:%d", bridgeIP, apiPort),
-		CAPEM:           ca,
-		ClusterName:     "kubenest-local",
 		ClusterCIDR:     podCIDR,
 		Labels:          map[string]string{"app.kubernetes.io/managed-by": "kubenest-local"},
 	}.Objects()
@@ -50,10 +42,6 @@ func (c config) installKubeProxy(ctx context.Context, nodes int) error {
 		},
 		func() error {
 			_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, objs.ClusterRoleBinding, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := client.CoreV1().ConfigMaps(ns).Create(ctx, objs.ConfigMap, metav1.CreateOptions{})
 			return err
 		},
 		func() error {

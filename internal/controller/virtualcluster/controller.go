@@ -193,6 +193,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	// First, whatever else this pass does or fails at: a node lent to a tenant that may run
+	// privileged pods is marked to be quarantined when it returns, before the tenant's
+	// apiserver is given the grant (nodes.go).
+	if err := r.quarantine(ctx, vc); err != nil {
+		return reconcile.Result{}, countError(vc, err)
+	}
 	if !vc.DeletionTimestamp.IsZero() {
 		result, err := r.reconcileDelete(ctx, vc)
 		return result, countError(vc, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/virtualcluster"
 	"github.com/kubenest-io/kubenest/internal/testenv"
 	"github.com/kubenest-io/kubenest/internal/testtenant"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
@@ -277,16 +279,43 @@ func TestNodeLending(t *testing.T) {
 	})
 
 	t.Run("a node lent with privileged pods granted is quarantined when it returns", func(t *testing.T) {
+		waitPool(t, ctx, c, "the node is lent to the tenant", func(pn *v1alpha1.PoolNode) bool {
+			return pn.Status.Phase == v1alpha1.PoolNodeInTenant && pn.Status.Quarantine == nil
+		})
+		// The tenant breaks the operator's setup of its cluster (its DNS Service at another
+		// address, which the operator refuses to take over), so that every pass fails there
+		// before it looks at the lent nodes: the node is marked all the same, before the
+		// grant takes effect.
+		dns, err := tenant.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := netip.MustParseAddr(dns.Spec.ClusterIP).Next()
+		if err := tenant.CoreV1().Services("kube-system").Delete(ctx, "kube-dns", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		moved := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: "kube-system"},
+			Spec: corev1.ServiceSpec{ClusterIP: ip.String(), Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}}}}
+		if _, err := tenant.CoreV1().Services("kube-system").Create(ctx, moved, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) bool {
+			cond := meta.FindStatusCondition(v.Status.Conditions, v1alpha1.ConditionAPIServerReady)
+			return cond != nil && cond.Reason == virtualcluster.ReasonSetupFailed
+		})
 		patchVC(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) { v.Spec.Nodes.PodSecurity = v1alpha1.NodePodSecurityPrivileged })
 		pn := waitPool(t, ctx, c, "the node is lent to the privileged tenant and quarantined", func(pn *v1alpha1.PoolNode) bool {
 			return pn.Status.Phase == v1alpha1.PoolNodeInTenant && pn.Status.Quarantine != nil
 		})
+		if err := tenant.CoreV1().Services("kube-system").Delete(ctx, "kube-dns", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		if q := pn.Status.Quarantine; q.Tenant.UID != vc.UID || !meta.IsStatusConditionFalse(pn.Status.Conditions, v1alpha1.PoolNodeConditionClean) {
 			t.Errorf("quarantine %+v, conditions %+v", q, pn.Status.Conditions)
 		}
 		// What a privileged pod on the node could take, the node's own credential, cannot
 		// lift the quarantine.
-		err := nodeClient(t, env.Config, lendable).Status().Patch(ctx, &v1alpha1.PoolNode{ObjectMeta: metav1.ObjectMeta{Name: lendable}},
+		err = nodeClient(t, env.Config, lendable).Status().Patch(ctx, &v1alpha1.PoolNode{ObjectMeta: metav1.ObjectMeta{Name: lendable}},
 			client.RawPatch(types.MergePatchType, []byte(`{"status":{"quarantine":null}}`)))
 		if err == nil || !strings.Contains(err.Error(), "a node may only change status.agent") {
 			t.Errorf("the node cleared its own quarantine: %v", err)

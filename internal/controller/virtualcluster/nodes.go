@@ -43,9 +43,6 @@ func (r *Reconciler) reconcileNodes(ctx context.Context, vc *v1alpha1.VirtualClu
 		return 0, nil
 	}
 	lent := lentTo(vc, pools.Items)
-	if err := r.quarantine(ctx, vc, pools.Items); err != nil {
-		return 0, err
-	}
 	if len(requests) == 0 && len(lent) == 0 {
 		conds.Remove(v1alpha1.ConditionNodesReady)
 		vc.Status.Nodes = nil
@@ -199,12 +196,16 @@ func (r *Reconciler) controlPlaneNodes(ctx context.Context) (map[string]string, 
 // quarantine marks the nodes lent to vc, when vc may run privileged pods on them: whatever ran
 // there as root may have changed the machine, so the node serves no cluster once it leaves
 // the tenant, until the platform reimages it and marks it clean.
-func (r *Reconciler) quarantine(ctx context.Context, vc *v1alpha1.VirtualCluster, pools []v1alpha1.PoolNode) error {
+func (r *Reconciler) quarantine(ctx context.Context, vc *v1alpha1.VirtualCluster) error {
 	if !vc.Spec.Nodes.Privileged() {
 		return nil
 	}
-	for i := range pools {
-		pn := &pools[i]
+	pools := &v1alpha1.PoolNodeList{}
+	if err := r.Client.List(ctx, pools); err != nil {
+		return fmt.Errorf("listing PoolNodes: %w", err)
+	}
+	for i := range pools.Items {
+		pn := &pools.Items[i]
 		lent := (pn.Spec.Tenant != nil && pn.Spec.Tenant.UID == vc.UID && pn.Spec.JoinSecretName != "") || pn.Status.Agent.TenantUID == vc.UID
 		if !lent || pn.Status.Quarantine != nil {
 			continue

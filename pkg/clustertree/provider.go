@@ -356,7 +356,7 @@ func (p *provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	p.mu.Unlock()
 	p.forget(pod.UID)
 	hostName := HostName(p.tr.VirtualCluster, pod.Namespace, pod.Name)
-	opts := metav1.DeleteOptions{GracePeriodSeconds: pod.DeletionGracePeriodSeconds}
+	opts := metav1.DeleteOptions{GracePeriodSeconds: maxGrace(pod.DeletionGracePeriodSeconds)}
 	if uid := pod.UID; uid != "" {
 		if existing, err := p.hostPods.Pods(p.tr.HostNamespace).Get(hostName); err == nil && existing.Annotations[AnnotationTenantUID] != string(uid) {
 			return errdefs.NotFoundf("host pod %s belongs to another tenant pod", hostName)

@@ -254,7 +254,7 @@ func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1
 			Containers:                    containers,
 			EphemeralContainers:           ephemeral,
 			RestartPolicy:                 spec.RestartPolicy,
-			TerminationGracePeriodSeconds: spec.TerminationGracePeriodSeconds,
+			TerminationGracePeriodSeconds: maxGrace(spec.TerminationGracePeriodSeconds),
 			ActiveDeadlineSeconds:         spec.ActiveDeadlineSeconds,
 			DNSPolicy:                     dnsPolicy,
 			DNSConfig:                     dnsConfig,
@@ -600,4 +600,18 @@ func (r *refSet) done() Refs {
 	slices.Sort(r.configMaps)
 	slices.Sort(r.secrets)
 	return Refs{ConfigMaps: r.configMaps, Secrets: r.secrets, TokenSources: r.tokens}
+}
+
+// MaxGracePeriodSeconds bounds the grace a tenant pod gets in the host, to end it or to evict
+// it: a shared node is the host's, and a tenant's pods that took hours to end (a process that
+// ignores SIGTERM, with terminationGracePeriodSeconds of years) would hold a drain of any host
+// node, a node lent to another tenant's among them, and their own tenant's sleep.
+const MaxGracePeriodSeconds int64 = 300
+
+// maxGrace is seconds, at most MaxGracePeriodSeconds; nil stays nil (the default, 30 s).
+func maxGrace(seconds *int64) *int64 {
+	if seconds == nil {
+		return nil
+	}
+	return ptr.To(min(*seconds, MaxGracePeriodSeconds))
 }

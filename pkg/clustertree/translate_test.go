@@ -414,6 +414,17 @@ func TestPod(t *testing.T) {
 			},
 		},
 		{
+			name: "a grace period of years is the host's at most",
+			pod: func(p *corev1.Pod) {
+				p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](3_000_000_000)
+			},
+			check: func(t *testing.T, _, host *corev1.Pod, _ Refs) {
+				if g := host.Spec.TerminationGracePeriodSeconds; g == nil || *g != MaxGracePeriodSeconds {
+					t.Errorf("terminationGracePeriodSeconds %v, want %d: a tenant's pod would hold a drain of the host's node", g, MaxGracePeriodSeconds)
+				}
+			},
+		},
+		{
 			name: "containers are kept apart from their environment",
 			pod: func(p *corev1.Pod) {
 				p.Spec.Containers = []corev1.Container{{

@@ -24,24 +24,42 @@ import (
 // CPU, memory and pod slots, leaving none to the others (or to the host's own pods).
 
 // Allocatable is what the virtual node offers its tenant: the host's shared capacity, each
-// resource the quota names at most the quota's amount.
+// resource the quota names at most the quota's amount. With a quota, it is allowed by list:
+// CPU, memory, pods and ephemeral storage, and the other resources (hugepages, devices such as
+// GPUs) only when the quota names them; a tenant would otherwise reserve the host's of those
+// for nothing its share allows. Without a quota, all of the capacity.
 func Allocatable(capacity, quota corev1.ResourceList) corev1.ResourceList {
-	out := capacity.DeepCopy()
-	for name, q := range quota {
-		if c, ok := out[name]; ok && q.Cmp(c) < 0 {
+	if quota == nil {
+		return capacity.DeepCopy()
+	}
+	out := corev1.ResourceList{}
+	for name, c := range capacity {
+		q, named := quota[name]
+		switch {
+		case named && q.Cmp(c) < 0:
 			out[name] = q.DeepCopy()
+		case named || slices.Contains(unnamedResources, name):
+			out[name] = c.DeepCopy()
 		}
 	}
 	return out
 }
 
+// unnamedResources are those a quota that does not name them leaves at the host's capacity.
+var unnamedResources = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourcePods, corev1.ResourceEphemeralStorage}
+
 // quotaError says which resource of the tenant's quota a pod does not fit in.
 type quotaError struct {
 	name                   corev1.ResourceName
 	requested, used, quota resource.Quantity
+	unnamed                bool // a resource the quota does not name and leaves out
 }
 
 func (e *quotaError) Error() string {
+	if e.unnamed {
+		return fmt.Sprintf("the tenant's share of the shared nodes does not include %s (requested %s): the platform names the resources its share holds besides CPU, memory, pods and ephemeral storage",
+			e.name, e.requested.String())
+	}
 	return fmt.Sprintf("the tenant's share of the shared nodes has no room for it: %s: requested %s, %s in use of %s",
 		e.name, e.requested.String(), e.used.String(), e.quota.String())
 }
@@ -97,6 +115,11 @@ func (p *provider) admit(uid types.UID, requests corev1.ResourceList) error {
 				name, want.String(), used.String(), limit.String())
 		}
 		return &quotaError{name: name, requested: want, used: used, quota: limit}
+	}
+	for name, want := range requests {
+		if _, named := p.quota[name]; !named && !slices.Contains(unnamedResources, name) && !want.IsZero() {
+			return &quotaError{name: name, requested: want, unnamed: true}
+		}
 	}
 	p.admitted[uid] = admission{requests: requests, at: time.Now()}
 	return nil

@@ -65,4 +65,16 @@ func TestAllocatable(t *testing.T) {
 	if got := clustertree.Allocatable(capacity, nil); len(got) != 3 {
 		t.Errorf("Allocatable without a quota = %v, want the capacity", got)
 	}
+	// With a quota, the host's hugepages and devices only where the quota names them;
+	// ephemeral storage as the host has it unless named.
+	capacity["nvidia.com/gpu"], capacity["hugepages-2Mi"], capacity["ephemeral-storage"] = resource.MustParse("8"), resource.MustParse("1Gi"), resource.MustParse("100Gi")
+	got = clustertree.Allocatable(capacity, quota)
+	for name, want := range map[corev1.ResourceName]string{"nvidia.com/gpu": "1", "ephemeral-storage": "100Gi"} {
+		if g := got[name]; g.String() != want {
+			t.Errorf("Allocatable %s = %s, want %s", name, g.String(), want)
+		}
+	}
+	if g, ok := got["hugepages-2Mi"]; ok {
+		t.Errorf("Allocatable offers hugepages the quota does not name: %s", g.String())
+	}
 }

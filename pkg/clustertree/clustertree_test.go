@@ -131,6 +131,10 @@ func TestSync(t *testing.T) {
 		if hp.Spec.AutomountServiceAccountToken == nil || *hp.Spec.AutomountServiceAccountToken || hp.Spec.NodeName != "" {
 			t.Errorf("host pod spec: automount %v, nodeName %q", hp.Spec.AutomountServiceAccountToken, hp.Spec.NodeName)
 		}
+		sa, err := hc.CoreV1().ServiceAccounts(hostNS).Get(ctx, hp.Spec.ServiceAccountName, metav1.GetOptions{})
+		if err != nil || sa.Name != clustertree.HostServiceAccount || len(sa.ImagePullSecrets) != 0 || sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+			t.Errorf("the host pod's ServiceAccount %q: %+v, %v; want KubeNest's, with no pull Secrets and no token", hp.Spec.ServiceAccountName, sa, err)
+		}
 		env := map[string]corev1.EnvVar{}
 		for _, e := range hp.Spec.Containers[0].Env {
 			env[e.Name] = e

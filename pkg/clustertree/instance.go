@@ -127,6 +127,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if err := ensureServiceAccount(ctx, host, cfg.HostNamespace); err != nil {
+		return err
+	}
 
 	// The host objects of this tenant only: its namespace, its labels.
 	hostInformers := informers.NewSharedInformerFactoryWithOptions(host, cfg.SyncPeriod,
@@ -447,4 +450,24 @@ func (np *nodeProvider) NotifyNodeStatus(ctx context.Context, cb func(*corev1.No
 			}
 		}
 	}()
+}
+
+// HostServiceAccount is the host ServiceAccount of every host pod of the tenants of a host
+// namespace: KubeNest's own, with no token and no image pull Secrets. Under the namespace's
+// default ServiceAccount, the host's admission would give a tenant pod that names no pull
+// Secret those of the default one: a platform's registry credentials, put there for its own
+// pods, would pull any image they reach for the tenant.
+const HostServiceAccount = "kubenest-shared-node"
+
+// ensureServiceAccount creates HostServiceAccount in the host namespace if it is not there.
+func ensureServiceAccount(ctx context.Context, host kubernetes.Interface, namespace string) error {
+	sa := &corev1.ServiceAccount{
+		ObjectMeta:                   metav1.ObjectMeta{Name: HostServiceAccount, Namespace: namespace, Labels: map[string]string{naming.LabelManagedBy: naming.ManagedByValue}},
+		AutomountServiceAccountToken: ptr.To(false),
+	}
+	_, err := host.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{FieldManager: fieldManager})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the host ServiceAccount of the tenant's pods, %s/%s: %w", namespace, HostServiceAccount, err)
+	}
+	return nil
 }

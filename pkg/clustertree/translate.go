@@ -258,7 +258,9 @@ func (t Translator) Pod(tenant *corev1.Pod, services []*corev1.Service) (*corev1
 			ActiveDeadlineSeconds:         spec.ActiveDeadlineSeconds,
 			DNSPolicy:                     dnsPolicy,
 			DNSConfig:                     dnsConfig,
-			// The host never gives a tenant pod a host credential.
+			// The host never gives a tenant pod a host credential, nor the pull Secrets of
+			// the host namespace's default ServiceAccount.
+			ServiceAccountName:           HostServiceAccount,
 			AutomountServiceAccountToken: ptr.To(false),
 			EnableServiceLinks:           ptr.To(false),
 			SecurityContext:              spec.SecurityContext,

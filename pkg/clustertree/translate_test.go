@@ -372,8 +372,8 @@ func TestPod(t *testing.T) {
 					t.Errorf("scheduling carried over: nodeName %q, nodeSelector %v, affinity %v, tolerations %v, priorityClassName %q, priority %v, schedulerName %q",
 						s.NodeName, s.NodeSelector, s.Affinity, s.Tolerations, s.PriorityClassName, s.Priority, s.SchedulerName)
 				}
-				if s.ServiceAccountName != "" || s.DeprecatedServiceAccount != "" {
-					t.Errorf("service account = %q/%q, want the host's default", s.ServiceAccountName, s.DeprecatedServiceAccount)
+				if s.ServiceAccountName != HostServiceAccount || s.DeprecatedServiceAccount != "" {
+					t.Errorf("service account = %q/%q, want %s, KubeNest's, without the pull Secrets of the host namespace's default", s.ServiceAccountName, s.DeprecatedServiceAccount, HostServiceAccount)
 				}
 				if s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
 					t.Errorf("automountServiceAccountToken = %v, want false", s.AutomountServiceAccountToken)

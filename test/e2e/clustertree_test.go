@@ -58,6 +58,17 @@ func TestSharedNode(t *testing.T) {
 		t.Fatalf("virtual node kubenest-shared not Ready in the tenant: %v", err)
 	}
 
+	// What a platform with a private registry does for its own pods in a namespace: pull
+	// Secrets on its default ServiceAccount, which a tenant's pods must not get.
+	defaultSA := &corev1.ServiceAccount{}
+	if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: "default"}, defaultSA); err != nil {
+		t.Fatal(err)
+	}
+	defaultSA.ImagePullSecrets = append(defaultSA.ImagePullSecrets, corev1.LocalObjectReference{Name: "platform-registry"})
+	if err := host.Update(ctx, defaultSA); err != nil {
+		t.Fatal(err)
+	}
+
 	start := time.Now()
 	createWebDeployment(t, ctx, tenant, 3)
 	pods := waitTenantPodsRunning(t, ctx, tenant, 3)
@@ -80,6 +91,9 @@ func TestSharedNode(t *testing.T) {
 			}
 			if hp.Status.PodIP != p.Status.PodIP || hp.Spec.NodeName == "" {
 				t.Errorf("tenant pod %s has IP %s, its host pod %s has %s on %q", p.Name, p.Status.PodIP, hp.Name, hp.Status.PodIP, hp.Spec.NodeName)
+			}
+			if hp.Spec.ServiceAccountName != clustertree.HostServiceAccount || len(hp.Spec.ImagePullSecrets) != 0 {
+				t.Errorf("host pod %s: ServiceAccount %q, image pull Secrets %v; want %s's, none of the namespace's default ServiceAccount", hp.Name, hp.Spec.ServiceAccountName, hp.Spec.ImagePullSecrets, clustertree.HostServiceAccount)
 			}
 		}
 	})

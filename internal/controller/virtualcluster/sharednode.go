@@ -49,6 +49,7 @@ const podSecurityLevel = "baseline"
 
 // The shared node copies tenant Services and their EndpointSlices into the host.
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=create
 
 // reconcileSharedNode runs the tenant's virtual node when it asks for one and its apiserver
 // answers, and stops it (removing what it ran in the host) when it no longer asks. retryIn is

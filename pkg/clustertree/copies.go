@@ -136,7 +136,7 @@ func (p *provider) followRef(ctx context.Context, ref tenantRef) error {
 	case kindSecret:
 		var s *corev1.Secret
 		if s, err = p.tenant.CoreV1().Secrets(ref.namespace).Get(ctx, ref.name, metav1.GetOptions{}); err == nil {
-			return p.upsertSecret(ctx, p.tr.Object(s.ObjectMeta), s.Type, s.Data)
+			return p.upsertSecret(ctx, p.copyMeta(s.ObjectMeta), s.Type, s.Data)
 		}
 	}
 	if apierrors.IsNotFound(err) {

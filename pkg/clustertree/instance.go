@@ -22,12 +22,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -127,6 +130,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	tenantMeta, err := metadata.NewForConfig(cfg.Tenant)
+	if err != nil {
+		return err
+	}
+	hostMeta, err := metadata.NewForConfig(cfg.Host)
+	if err != nil {
+		return err
+	}
 	if err := ensureServiceAccount(ctx, host, cfg.HostNamespace); err != nil {
 		return err
 	}
@@ -138,8 +149,13 @@ func Run(ctx context.Context, cfg Config) error {
 			o.LabelSelector = labels.SelectorFromSet(HostSelector(cfg.VirtualCluster)).String()
 		}))
 	hostPods := hostInformers.Core().V1().Pods()
-	hostConfigMaps := hostInformers.Core().V1().ConfigMaps()
-	hostSecrets := hostInformers.Core().V1().Secrets()
+	// The host copies of the tenant's ConfigMaps and Secrets, by their metadata: what a tenant
+	// copies into the host is never all in the operator's memory.
+	hostCopies := metadatainformer.NewFilteredSharedInformerFactory(hostMeta, cfg.SyncPeriod, cfg.HostNamespace, func(o *metav1.ListOptions) {
+		o.LabelSelector = labels.SelectorFromSet(HostSelector(cfg.VirtualCluster)).String()
+	})
+	hostConfigMaps := hostCopies.ForResource(corev1.SchemeGroupVersion.WithResource("configmaps"))
+	hostSecrets := hostCopies.ForResource(corev1.SchemeGroupVersion.WithResource("secrets"))
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: tenant.CoreV1().Events("")})
@@ -200,7 +216,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	mux := http.NewServeMux()
 	var prov *provider
-	vkTenant := &statusOnlyClient{Interface: tenant}
+	vkTenant := &statusOnlyClient{Interface: tenant, meta: tenantMeta}
 	vnode, err := nodeutil.NewNode(cfg.NodeName, func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
 		prov = &provider{
 			tr:    tr,
@@ -251,6 +267,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	hostConfigMaps.Informer()
 	hostSecrets.Informer()
+	hostCopies.Start(ctx.Done())
+	defer hostCopies.Shutdown()
+	for typ, ok := range hostCopies.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("host %v cache did not sync", typ)
+		}
+	}
 	factories := []informers.SharedInformerFactory{hostInformers}
 	var controlPlane cache.SharedIndexInformer
 	if nodeAddr != nil {
@@ -294,8 +317,8 @@ func Run(ctx context.Context, cfg Config) error {
 	defer server.Close()
 	wg.Go(func() {
 		prov.maintain(ctx, cfg.SyncPeriod,
-			func() ([]metav1.Object, error) { return listObjects(hostConfigMaps.Lister().List(labels.Everything())) },
-			func() ([]metav1.Object, error) { return listObjects(hostSecrets.Lister().List(labels.Everything())) })
+			func() ([]metav1.Object, error) { return metadataObjects(hostConfigMaps.Lister().List(labels.Everything())) },
+			func() ([]metav1.Object, error) { return metadataObjects(hostSecrets.Lister().List(labels.Everything())) })
 	})
 
 	// Event times have whole seconds: one of this second may be new.
@@ -348,10 +371,13 @@ func certPool(pem []byte) *x509.CertPool {
 	return pool
 }
 
-func listObjects[T metav1.Object](items []T, err error) ([]metav1.Object, error) {
+// metadataObjects are the objects of a metadata informer's lister.
+func metadataObjects(items []kruntime.Object, err error) ([]metav1.Object, error) {
 	out := make([]metav1.Object, 0, len(items))
 	for _, i := range items {
-		out = append(out, i)
+		if m, ok := i.(*metav1.PartialObjectMetadata); ok {
+			out = append(out, m)
+		}
 	}
 	return out, err
 }

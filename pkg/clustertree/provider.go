@@ -49,7 +49,8 @@ type provider struct {
 	// hostPodIndex is the host pods' cache, indexed by the copies they refer to (indexRefs).
 	hostPodIndex cache.Indexer
 	tenant       kubernetes.Interface
-	// Tenant listers, from virtual-kubelet's informers.
+	// Tenant listers, from virtual-kubelet's informers; ConfigMaps and Secrets by their
+	// metadata only (statusOnlyClient).
 	tenantPods       corev1listers.PodLister
 	tenantConfigMaps corev1listers.ConfigMapLister
 	tenantSecrets    corev1listers.SecretLister

@@ -5,7 +5,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 )
@@ -18,8 +21,16 @@ import (
 // client a pod status update writes the status only: the metadata is the tenant pod's own, as
 // the tenant pod informer has it (resourceVersion included, so a pod changed since is a
 // conflict, and virtual-kubelet writes the status again).
+//
+// It also lists and watches the tenant's ConfigMaps and Secrets by their metadata only
+// (metadataOnly), so virtual-kubelet's caches of them, which hold every one of the tenant's,
+// hold no data: a tenant with gigabytes of them would otherwise have them all in the
+// operator's memory, and every tenant's shared node would stop with the operator. What a host
+// copy needs is read from the tenant when it is made (sync.go).
 type statusOnlyClient struct {
 	kubernetes.Interface
+	// meta lists and watches the tenant's objects by their metadata.
+	meta metadata.Interface
 	// pods is the tenant pod informer's lister, set once virtual-kubelet made it.
 	pods corev1listers.PodLister
 }
@@ -35,6 +46,75 @@ type statusOnlyCoreV1 struct {
 
 func (c statusOnlyCoreV1) Pods(namespace string) typedcorev1.PodInterface {
 	return statusOnlyPods{PodInterface: c.CoreV1Interface.Pods(namespace), namespace: namespace, client: c.client}
+}
+
+func (c statusOnlyCoreV1) ConfigMaps(namespace string) typedcorev1.ConfigMapInterface {
+	return metadataOnlyConfigMaps{ConfigMapInterface: c.CoreV1Interface.ConfigMaps(namespace),
+		meta: c.client.meta.Resource(corev1.SchemeGroupVersion.WithResource("configmaps")).Namespace(namespace)}
+}
+
+func (c statusOnlyCoreV1) Secrets(namespace string) typedcorev1.SecretInterface {
+	return metadataOnlySecrets{SecretInterface: c.CoreV1Interface.Secrets(namespace),
+		meta: c.client.meta.Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace(namespace)}
+}
+
+type metadataOnlyConfigMaps struct {
+	typedcorev1.ConfigMapInterface
+	meta metadata.ResourceInterface
+}
+
+func configMapOf(m metav1.ObjectMeta) *corev1.ConfigMap { return &corev1.ConfigMap{ObjectMeta: m} }
+
+func (c metadataOnlyConfigMaps) List(ctx context.Context, opts metav1.ListOptions) (*corev1.ConfigMapList, error) {
+	items, lm, err := metadataOnly(ctx, c.meta, opts, configMapOf)
+	return &corev1.ConfigMapList{ListMeta: lm, Items: items}, err
+}
+
+func (c metadataOnlyConfigMaps) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return metadataOnlyWatch(ctx, c.meta, opts, configMapOf)
+}
+
+type metadataOnlySecrets struct {
+	typedcorev1.SecretInterface
+	meta metadata.ResourceInterface
+}
+
+func secretOf(m metav1.ObjectMeta) *corev1.Secret { return &corev1.Secret{ObjectMeta: m} }
+
+func (c metadataOnlySecrets) List(ctx context.Context, opts metav1.ListOptions) (*corev1.SecretList, error) {
+	items, lm, err := metadataOnly(ctx, c.meta, opts, secretOf)
+	return &corev1.SecretList{ListMeta: lm, Items: items}, err
+}
+
+func (c metadataOnlySecrets) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return metadataOnlyWatch(ctx, c.meta, opts, secretOf)
+}
+
+// metadataOnly lists by metadata, each item made into a T that carries it alone.
+func metadataOnly[T any](ctx context.Context, meta metadata.ResourceInterface, opts metav1.ListOptions, of func(metav1.ObjectMeta) *T) ([]T, metav1.ListMeta, error) {
+	list, err := meta.List(ctx, opts)
+	if err != nil {
+		return nil, metav1.ListMeta{}, err
+	}
+	items := make([]T, 0, len(list.Items))
+	for i := range list.Items {
+		items = append(items, *of(list.Items[i].ObjectMeta))
+	}
+	return items, list.ListMeta, nil
+}
+
+// metadataOnlyWatch watches by metadata, each object made into a T that carries it alone.
+func metadataOnlyWatch[T runtime.Object](ctx context.Context, meta metadata.ResourceInterface, opts metav1.ListOptions, of func(metav1.ObjectMeta) T) (watch.Interface, error) {
+	w, err := meta.Watch(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+		if m, ok := e.Object.(*metav1.PartialObjectMetadata); ok {
+			e.Object = of(m.ObjectMeta)
+		}
+		return e, true
+	}), nil
 }
 
 type statusOnlyPods struct {

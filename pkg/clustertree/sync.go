@@ -28,18 +28,11 @@ const (
 // Secret with tenant service-account tokens requested for it. One the tenant does not have
 // (yet) is skipped: the host pod is made all the same, and the host's kubelet waits for it as a
 // kubelet does (CreateContainerConfigError, a volume not mounted), until the tenant makes it
-// and its copy follows (copies.go).
-//
-// Missing from the tenant's caches is asked of the tenant itself: virtual-kubelet waits only
-// for its pod cache before it creates pods, so a virtual node just started (a tenant waking,
-// with all its pods to make again) may not have its ConfigMaps and Secrets yet; skipped, their
-// copies would wait for the next sync period.
+// and its copy follows (copies.go). They are read from the tenant: the caches of the tenant's
+// ConfigMaps and Secrets hold their metadata only (statusOnlyClient).
 func (p *provider) syncRefs(ctx context.Context, pod *corev1.Pod, hostPod string, refs Refs) error {
 	for _, name := range refs.ConfigMaps {
-		cm, err := p.tenantConfigMaps.ConfigMaps(pod.Namespace).Get(name)
-		if apierrors.IsNotFound(err) {
-			cm, err = p.tenant.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
-		}
+		cm, err := p.tenant.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -51,17 +44,14 @@ func (p *provider) syncRefs(ctx context.Context, pod *corev1.Pod, hostPod string
 		}
 	}
 	for _, name := range refs.Secrets {
-		s, err := p.tenantSecrets.Secrets(pod.Namespace).Get(name)
-		if apierrors.IsNotFound(err) {
-			s, err = p.tenant.CoreV1().Secrets(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
-		}
+		s, err := p.tenant.CoreV1().Secrets(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("tenant Secret %s/%s: %w", pod.Namespace, name, err)
 		}
-		if err := p.upsertSecret(ctx, p.tr.Object(s.ObjectMeta), s.Type, s.Data); err != nil {
+		if err := p.upsertSecret(ctx, p.copyMeta(s.ObjectMeta), s.Type, s.Data); err != nil {
 			return err
 		}
 	}
@@ -71,8 +61,15 @@ func (p *provider) syncRefs(ctx context.Context, pod *corev1.Pod, hostPod string
 	return nil
 }
 
+// copyMeta is the metadata of the host copy of a tenant ConfigMap or Secret.
+func (p *provider) copyMeta(tenant metav1.ObjectMeta) metav1.ObjectMeta {
+	m := p.tr.Object(tenant)
+	m.Annotations[AnnotationTenantResourceVersion] = tenant.ResourceVersion
+	return m
+}
+
 func (p *provider) upsertConfigMap(ctx context.Context, tenant *corev1.ConfigMap) error {
-	want := &corev1.ConfigMap{ObjectMeta: p.tr.Object(tenant.ObjectMeta), Data: tenant.Data, BinaryData: tenant.BinaryData}
+	want := &corev1.ConfigMap{ObjectMeta: p.copyMeta(tenant.ObjectMeta), Data: tenant.Data, BinaryData: tenant.BinaryData}
 	want.OwnerReferences = []metav1.OwnerReference{p.owner}
 	client := p.host.CoreV1().ConfigMaps(p.tr.HostNamespace)
 	current, err := client.Get(ctx, want.Name, metav1.GetOptions{})
@@ -89,10 +86,10 @@ func (p *provider) upsertConfigMap(ctx context.Context, tenant *corev1.ConfigMap
 	if err := sameOrigin(&current.ObjectMeta, &want.ObjectMeta); err != nil {
 		return err
 	}
-	if maps.Equal(current.Data, want.Data) && mapsEqualBytes(current.BinaryData, want.BinaryData) {
+	if maps.Equal(current.Data, want.Data) && mapsEqualBytes(current.BinaryData, want.BinaryData) && maps.Equal(current.Annotations, want.Annotations) {
 		return nil
 	}
-	current.Data, current.BinaryData = want.Data, want.BinaryData
+	current.Data, current.BinaryData, current.Annotations = want.Data, want.BinaryData, want.Annotations
 	_, err = client.Update(ctx, current, metav1.UpdateOptions{FieldManager: fieldManager})
 	return err
 }
@@ -238,16 +235,22 @@ func (p *provider) maintainConfigMap(ctx context.Context, o metav1.Object, used 
 	}
 	ann := o.GetAnnotations()
 	ns, name := ann[AnnotationTenantNamespace], ann[AnnotationTenantName]
-	cm, err := p.tenantConfigMaps.ConfigMaps(ns).Get(name)
+	m, err := p.tenantConfigMaps.ConfigMaps(ns).Get(name)
+	if err == nil && m.ResourceVersion == ann[AnnotationTenantResourceVersion] {
+		return nil // the copy is of the tenant's object as it is
+	}
+	if err == nil {
+		var cm *corev1.ConfigMap
+		if cm, err = p.tenant.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			return p.upsertConfigMap(ctx, cm)
+		}
+	}
 	if apierrors.IsNotFound(err) {
 		// Gone in the tenant: gone in the host, where the kubelet does what it does with a
 		// deleted ConfigMap (copies.go).
 		return p.deleteCopy(ctx, tenantRef{kind: kindConfigMap, namespace: ns, name: name}, o.GetName())
 	}
-	if err != nil {
-		return err
-	}
-	return p.upsertConfigMap(ctx, cm)
+	return err
 }
 
 func (p *provider) maintainSecret(ctx context.Context, o metav1.Object, used bool) error {
@@ -274,14 +277,20 @@ func (p *provider) maintainSecret(ctx context.Context, o metav1.Object, used boo
 		p.log.V(1).Info("renewing service-account tokens", "pod", klog.KObj(pod))
 		return p.refreshTokens(ctx, pod, HostName(p.tr.VirtualCluster, ns, name), refs.TokenSources)
 	}
-	s, err := p.tenantSecrets.Secrets(ns).Get(name)
+	m, err := p.tenantSecrets.Secrets(ns).Get(name)
+	if err == nil && m.ResourceVersion == ann[AnnotationTenantResourceVersion] {
+		return nil
+	}
+	if err == nil {
+		var s *corev1.Secret
+		if s, err = p.tenant.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			return p.upsertSecret(ctx, p.copyMeta(s.ObjectMeta), s.Type, s.Data)
+		}
+	}
 	if apierrors.IsNotFound(err) {
 		return p.deleteCopy(ctx, tenantRef{kind: kindSecret, namespace: ns, name: name}, o.GetName())
 	}
-	if err != nil {
-		return err
-	}
-	return p.upsertSecret(ctx, p.tr.Object(s.ObjectMeta), s.Type, s.Data)
+	return err
 }
 
 // collect deletes a host copy no host pod refers to, once it is old enough not to belong to a

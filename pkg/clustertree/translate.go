@@ -38,6 +38,9 @@ const (
 	AnnotationTenantUID            = "kubenest.io/tenant-uid"
 	AnnotationTenantNode           = "kubenest.io/tenant-node"
 	AnnotationTenantServiceAccount = "kubenest.io/tenant-service-account"
+	// AnnotationTenantResourceVersion, on a host copy of a ConfigMap or Secret, is the
+	// resourceVersion of the tenant object it was copied from.
+	AnnotationTenantResourceVersion = "kubenest.io/tenant-resource-version"
 	// AnnotationTenantLabels and AnnotationTenantAnnotations hold the tenant pod's labels and
 	// annotations as the kubelet writes a downward-API file of metadata.labels or
 	// metadata.annotations, for pods that have one.

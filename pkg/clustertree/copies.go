@@ -83,7 +83,11 @@ func (p *provider) followTenantRefs(ctx context.Context, tenant *rest.Config, re
 				queue.AddRateLimited(tenantRef{kind: kind, namespace: m.Namespace, name: m.Name})
 			}
 		}
-		_, err := factory.ForResource(corev1.SchemeGroupVersion.WithResource(resource)).Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		informer := factory.ForResource(corev1.SchemeGroupVersion.WithResource(resource)).Informer()
+		if err := informer.SetTransform(slimMetadata); err != nil {
+			return err
+		}
+		_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: enqueue,
 			UpdateFunc: func(old, obj any) {
 				if o, n := old.(*metav1.PartialObjectMetadata), obj.(*metav1.PartialObjectMetadata); o.ResourceVersion != n.ResourceVersion {
@@ -115,6 +119,14 @@ func (p *provider) followTenantRefs(ctx context.Context, tenant *rest.Config, re
 		}
 		queue.Done(ref)
 	}
+}
+
+// slimMetadata keeps of a tenant object's metadata what clustertree reads (slim).
+func slimMetadata(obj any) (any, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: slim(m.ObjectMeta)}, nil
+	}
+	return obj, nil
 }
 
 // referenced says whether a host pod refers to the host copy of that kind and name.

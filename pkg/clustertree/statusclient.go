@@ -63,7 +63,7 @@ type metadataOnlyConfigMaps struct {
 	meta metadata.ResourceInterface
 }
 
-func configMapOf(m metav1.ObjectMeta) *corev1.ConfigMap { return &corev1.ConfigMap{ObjectMeta: m} }
+func configMapOf(m metav1.ObjectMeta) *corev1.ConfigMap { return &corev1.ConfigMap{ObjectMeta: slim(m)} }
 
 func (c metadataOnlyConfigMaps) List(ctx context.Context, opts metav1.ListOptions) (*corev1.ConfigMapList, error) {
 	items, lm, err := metadataOnly(ctx, c.meta, opts, configMapOf)
@@ -79,7 +79,15 @@ type metadataOnlySecrets struct {
 	meta metadata.ResourceInterface
 }
 
-func secretOf(m metav1.ObjectMeta) *corev1.Secret { return &corev1.Secret{ObjectMeta: m} }
+func secretOf(m metav1.ObjectMeta) *corev1.Secret { return &corev1.Secret{ObjectMeta: slim(m)} }
+
+// slim is what clustertree reads of a tenant object's metadata: its name, identity and
+// version, not its labels, annotations or managed fields (up to 256 KiB of annotations each,
+// which a tenant's thousands of objects would otherwise hold in the operator's memory).
+func slim(m metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp}
+}
 
 func (c metadataOnlySecrets) List(ctx context.Context, opts metav1.ListOptions) (*corev1.SecretList, error) {
 	items, lm, err := metadataOnly(ctx, c.meta, opts, secretOf)

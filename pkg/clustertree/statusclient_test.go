@@ -33,8 +33,8 @@ func TestMetadataOnlyConfigMapsAndSecrets(t *testing.T) {
 	if err != nil || len(cms.Items) != 1 {
 		t.Fatalf("ConfigMaps: %+v, %v", cms, err)
 	}
-	if cm := cms.Items[0]; cm.Name != "settings" || cm.ResourceVersion != "7" || cm.Labels["a"] != "b" || cm.Data != nil {
-		t.Errorf("ConfigMap listed as %+v: want its metadata, and no data", cm)
+	if cm := cms.Items[0]; cm.Name != "settings" || cm.Namespace != "app" || cm.ResourceVersion != "7" || cm.Labels != nil || cm.Data != nil {
+		t.Errorf("ConfigMap listed as %+v: want its name and version, no labels, annotations or data", cm)
 	}
 	secrets, err := c.Secrets("app").List(ctx, metav1.ListOptions{})
 	if err != nil || len(secrets.Items) != 1 || secrets.Items[0].Name != "password" || secrets.Items[0].Data != nil {

@@ -199,7 +199,7 @@ type mirrorConfig struct {
 
 // runServiceMirror mirrors until ctx ends.
 func runServiceMirror(ctx context.Context, c mirrorConfig) error {
-	factory := informers.NewSharedInformerFactory(c.tenant, c.resync)
+	factory := informers.NewSharedInformerFactoryWithOptions(c.tenant, c.resync, informers.WithTransform(withoutAnnotations))
 	m := &serviceMirror{
 		tr: c.tr, owner: c.owner, host: c.host, held: c.held,
 		services: factory.Core().V1().Services().Lister(),

@@ -58,6 +58,48 @@ func (c statusOnlyCoreV1) Secrets(namespace string) typedcorev1.SecretInterface 
 		meta: c.client.meta.Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace(namespace)}
 }
 
+func (c statusOnlyCoreV1) Services(namespace string) typedcorev1.ServiceInterface {
+	return slimServices{c.CoreV1Interface.Services(namespace)}
+}
+
+// slimServices lists and watches Services without their annotations and managed fields,
+// which nothing of clustertree reads.
+type slimServices struct{ typedcorev1.ServiceInterface }
+
+func (c slimServices) List(ctx context.Context, opts metav1.ListOptions) (*corev1.ServiceList, error) {
+	l, err := c.ServiceInterface.List(ctx, opts)
+	if err == nil {
+		for i := range l.Items {
+			_, _ = withoutAnnotations(&l.Items[i])
+		}
+	}
+	return l, err
+}
+
+func (c slimServices) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := c.ServiceInterface.Watch(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+		if e.Type != watch.Bookmark { // a bookmark's annotation ends a watch-list's initial events
+			_, _ = withoutAnnotations(e.Object)
+		}
+		return e, true
+	}), nil
+}
+
+// withoutAnnotations drops a tenant object's annotations and managed fields (an informer
+// transform): up to 256 KiB each, which nothing of clustertree reads of Services and
+// EndpointSlices, and which a tenant's thousands would otherwise hold in the operator.
+func withoutAnnotations(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetAnnotations(nil)
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
 type metadataOnlyConfigMaps struct {
 	typedcorev1.ConfigMapInterface
 	meta metadata.ResourceInterface
@@ -112,14 +154,21 @@ func metadataOnly[T any](ctx context.Context, meta metadata.ResourceInterface, o
 }
 
 // metadataOnlyWatch watches by metadata, each object made into a T that carries it alone.
-func metadataOnlyWatch[T runtime.Object](ctx context.Context, meta metadata.ResourceInterface, opts metav1.ListOptions, of func(metav1.ObjectMeta) T) (watch.Interface, error) {
+func metadataOnlyWatch[T interface {
+	runtime.Object
+	metav1.Object
+}](ctx context.Context, meta metadata.ResourceInterface, opts metav1.ListOptions, of func(metav1.ObjectMeta) T) (watch.Interface, error) {
 	w, err := meta.Watch(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
 		if m, ok := e.Object.(*metav1.PartialObjectMetadata); ok {
-			e.Object = of(m.ObjectMeta)
+			o := of(m.ObjectMeta)
+			if e.Type == watch.Bookmark { // its annotation ends a watch-list's initial events
+				o.SetAnnotations(m.Annotations)
+			}
+			e.Object = o
 		}
 		return e, true
 	}), nil

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/metadata"
 	metadatafake "k8s.io/client-go/metadata/fake"
 )
 
@@ -69,3 +70,28 @@ func TestMetadataOnlyConfigMapsAndSecrets(t *testing.T) {
 		t.Errorf("Get: %+v, %v", got, err)
 	}
 }
+
+// A watch-list's initial events end with a bookmark whose annotation says so; it is kept.
+func TestMetadataOnlyWatchKeepsBookmarks(t *testing.T) {
+	events := make(chan watch.Event, 1)
+	bookmark := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "9",
+		Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+	events <- watch.Event{Type: watch.Bookmark, Object: bookmark}
+	w, err := metadataOnlyWatch(context.Background(), fakeWatcher{w: watch.NewProxyWatcher(events)}, metav1.ListOptions{}, configMapOf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	e := <-w.ResultChan()
+	if cm, ok := e.Object.(*corev1.ConfigMap); !ok || cm.ResourceVersion != "9" || cm.Annotations[metav1.InitialEventsAnnotationKey] != "true" {
+		t.Errorf("bookmark %T %+v: want its version and annotation kept", e.Object, e.Object)
+	}
+}
+
+// fakeWatcher is a metadata.ResourceInterface that only watches, with w.
+type fakeWatcher struct {
+	metadata.ResourceInterface
+	w watch.Interface
+}
+
+func (f fakeWatcher) Watch(context.Context, metav1.ListOptions) (watch.Interface, error) { return f.w, nil }

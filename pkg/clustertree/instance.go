@@ -317,8 +317,12 @@ func Run(ctx context.Context, cfg Config) error {
 	defer server.Close()
 	wg.Go(func() {
 		prov.maintain(ctx, cfg.SyncPeriod,
-			func() ([]metav1.Object, error) { return metadataObjects(hostConfigMaps.Lister().List(labels.Everything())) },
-			func() ([]metav1.Object, error) { return metadataObjects(hostSecrets.Lister().List(labels.Everything())) })
+			func() ([]metav1.Object, error) {
+				return metadataObjects(hostConfigMaps.Lister().List(labels.Everything()))
+			},
+			func() ([]metav1.Object, error) {
+				return metadataObjects(hostSecrets.Lister().List(labels.Everything()))
+			})
 	})
 
 	// Event times have whole seconds: one of this second may be new.

@@ -8,9 +8,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata"
 )
 
 // statusOnlyClient is the tenant client virtual-kubelet is given. virtual-kubelet writes a
@@ -105,7 +105,9 @@ type metadataOnlyConfigMaps struct {
 	meta metadata.ResourceInterface
 }
 
-func configMapOf(m metav1.ObjectMeta) *corev1.ConfigMap { return &corev1.ConfigMap{ObjectMeta: slim(m)} }
+func configMapOf(m metav1.ObjectMeta) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: slim(m)}
+}
 
 func (c metadataOnlyConfigMaps) List(ctx context.Context, opts metav1.ListOptions) (*corev1.ConfigMapList, error) {
 	items, lm, err := metadataOnly(ctx, c.meta, opts, configMapOf)

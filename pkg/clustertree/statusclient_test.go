@@ -94,4 +94,6 @@ type fakeWatcher struct {
 	w watch.Interface
 }
 
-func (f fakeWatcher) Watch(context.Context, metav1.ListOptions) (watch.Interface, error) { return f.w, nil }
+func (f fakeWatcher) Watch(context.Context, metav1.ListOptions) (watch.Interface, error) {
+	return f.w, nil
+}

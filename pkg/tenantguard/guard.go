@@ -112,6 +112,8 @@ func (g *Guard) Validate(ctx context.Context, a admission.Attributes, _ admissio
 		return g.service(a)
 	case gr == networking.Resource("servicecidrs") && a.GetSubresource() == "":
 		return g.serviceCIDR(a)
+	case g.cfg.NodePodSecurity == psapi.LevelPrivileged:
+		return nil // the rest keeps what runs on nodes at baseline
 	case gr == api.Resource("pods") && a.GetOperation() == admission.Connect:
 		return g.podConnect(ctx, a)
 	case gr == api.Resource("pods"), gr == api.Resource("bindings"):
@@ -217,9 +219,6 @@ func (g *Guard) ranges() string {
 // pod checks a pod when it is bound to a node: created with spec.nodeName, bound by the
 // scheduler, given ephemeral containers, or changed while bound.
 func (g *Guard) pod(ctx context.Context, a admission.Attributes) error {
-	if g.cfg.NodePodSecurity == psapi.LevelPrivileged {
-		return nil
-	}
 	subresource := a.GetSubresource()
 	if a.GetResource().Resource == "bindings" {
 		// POST /api/v1/namespaces/{ns}/bindings, the older form of pods/binding.
@@ -290,9 +289,6 @@ func unchangedForPodSecurity(old, in *api.Pod) bool {
 // persistentVolume refuses, under baseline, volumes of the node's own files or devices: a
 // baseline pod mounts any claim, and the kubelet mounts what the claim's volume names.
 func (g *Guard) persistentVolume(a admission.Attributes) error {
-	if g.cfg.NodePodSecurity == psapi.LevelPrivileged {
-		return nil
-	}
 	pv, ok := a.GetObject().(*api.PersistentVolume)
 	if !ok {
 		return nil
@@ -321,7 +317,7 @@ func (g *Guard) persistentVolume(a admission.Attributes) error {
 // node that baseline would not admit: the operator's kube-proxy (privileged, on the host's
 // network), or a pod admitted while privileged pods were granted.
 func (g *Guard) podConnect(ctx context.Context, a admission.Attributes) error {
-	if g.cfg.NodePodSecurity == psapi.LevelPrivileged || g.cfg.Pod == nil {
+	if g.cfg.Pod == nil {
 		return nil
 	}
 	switch a.GetSubresource() {
@@ -355,9 +351,6 @@ var kubeletDebugHandlers = []string{"exec", "run", "attach", "portforward", "cri
 // nodeProxy refuses, under baseline, the kubelet's debugging handlers through nodes/proxy:
 // they reach every container of the node, the kube-proxy's too (pods/exec is checked above).
 func (g *Guard) nodeProxy(a admission.Attributes) error {
-	if g.cfg.NodePodSecurity == psapi.LevelPrivileged {
-		return nil
-	}
 	opts, ok := a.GetObject().(*api.NodeProxyOptions)
 	if !ok {
 		return nil

@@ -63,7 +63,7 @@ func run() error {
 		leaderElect, showVersion, allowTestAnnotations bool
 		secureMetrics                                  bool
 		leaderElectionNamespace                        string
-		workers, maxStarting                           int
+		workers, maxStarting, maxLentNodes             int
 		nodePortAddress                                string
 		virtualNodeAddress, virtualNodeName            string
 		wakeAddress                                    string
@@ -92,6 +92,7 @@ Flags:
 	fs.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader among replicas, so only one reconciles at a time.")
 	fs.StringVar(&leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to the pod's own namespace.")
 	fs.IntVar(&workers, "workers", 8, "VirtualClusters reconciled at the same time.")
+	fs.IntVar(&maxLentNodes, "max-lent-nodes-per-tenant", 0, "Most host nodes one tenant may have lent (the sum of its spec.nodes.promotions counts): a tenant that asks for more gets none more, and its NodesReady condition (reason OverNodeLimit) says so. Anyone who may edit a VirtualCluster may ask for nodes: this keeps one tenant from draining every lendable node. 0: no limit.")
 	fs.IntVar(&maxStarting, "max-starting-tenants", 0, "Tenants that start their control planes at the same time (new ones, and sleeping ones waking); the others wait their turn, first come first served (one namespace holds all turns but one at most, and half while other namespaces' tenants wait), with an APIServerReady condition (reason Queued) saying so, and a tenant holds its turn at most "+startSlotTimeout.String()+". A start is mostly CPU: too many at once on a small host all miss their probes and deadlines and start again. 0: no limit.")
 	fs.StringVar(&settings.Image, "controlplane-image", settings.Image, "Image the tenant pods run (it holds nest-controlplane).")
 	fs.StringVar(&settings.DNSImage, "tenant-dns-image", settings.DNSImage, "CoreDNS image of each tenant's cluster DNS (a container of its control-plane pods).")
@@ -230,6 +231,7 @@ Flags:
 		Wake:            wake,
 		Tenants:         tenants,
 		AllowedIssuers:  allowedIssuers,
+		MaxLentNodes:    maxLentNodes,
 
 		AllowTestAnnotations: allowTestAnnotations,
 		Starts:               &virtualcluster.StartQueue{Max: maxStarting, Timeout: startSlotTimeout},

@@ -97,6 +97,9 @@ type Reconciler struct {
 	// AllowedIssuers are the cert-manager issuers tenants may have sign their cluster CA
 	// (spec.pki); none when empty.
 	AllowedIssuers IssuerAllowList
+	// MaxLentNodes is the most host nodes one tenant may have lent (--max-lent-nodes-per-tenant);
+	// 0 is no limit.
+	MaxLentNodes int
 	// AllowTestAnnotations honours annotations meant for tests only, such as a short leaf
 	// certificate validity.
 	AllowTestAnnotations bool

@@ -58,7 +58,7 @@ func TestNodeLending(t *testing.T) {
 	}
 	testenv.CreateFromChartFile(t, ctx, c, "node-agent.yaml")
 	routes := &tenantRoutes{}
-	startOperator(t, env, routes)
+	startOperator(t, env, routes, func(r *virtualcluster.Reconciler) { r.MaxLentNodes = 2 })
 
 	// Lending needs an endpoint outside the host's Service network: a NodePort, published on a
 	// node that stays in the host.
@@ -255,6 +255,19 @@ func TestNodeLending(t *testing.T) {
 		if args := kubelet.lastArgs(); slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--bootstrap-kubeconfig=") }) {
 			t.Errorf("the kubelet still runs for the tenant: %v", args)
 		}
+	})
+
+	t.Run("more nodes than the platform lends a tenant: none", func(t *testing.T) {
+		patchVC(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) { v.Spec.Nodes.Promotions[0].Count = 3 })
+		waitFor(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) bool {
+			cond := meta.FindStatusCondition(v.Status.Conditions, v1alpha1.ConditionNodesReady)
+			return cond != nil && cond.Reason == virtualcluster.ReasonOverNodeLimit &&
+				strings.Contains(cond.Message, "ask for 3 nodes, and the platform lends at most 2")
+		})
+		if pn := waitPool(t, ctx, c, "the PoolNode", func(*v1alpha1.PoolNode) bool { return true }); pn.Spec.Tenant != nil {
+			t.Errorf("a node was lent past the limit: %+v", pn.Spec.Tenant)
+		}
+		patchVC(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) { v.Spec.Nodes.Promotions[0].Count = 0 })
 	})
 
 	t.Run("a node that runs a tenant's control plane is not lent", func(t *testing.T) {

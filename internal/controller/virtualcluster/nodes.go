@@ -42,6 +42,13 @@ func (r *Reconciler) reconcileNodes(ctx context.Context, vc *v1alpha1.VirtualClu
 		conds.Set(v1alpha1.ConditionNodesReady, false, ReasonInvalidSpec, err.Error())
 		return 0, nil
 	}
+	if asked := totalCount(requests); r.MaxLentNodes > 0 && asked > r.MaxLentNodes {
+		// Nothing is lent or given back until the tenant asks for no more than that.
+		conds.Set(v1alpha1.ConditionNodesReady, false, ReasonOverNodeLimit, fmt.Sprintf(
+			"spec.nodes.promotions ask for %d nodes, and the platform lends at most %d to a tenant (the operator's --max-lent-nodes-per-tenant); the nodes lent stay",
+			asked, r.MaxLentNodes))
+		return 0, nil
+	}
 	lent := lentTo(vc, pools.Items)
 	if len(requests) == 0 && len(lent) == 0 {
 		conds.Remove(v1alpha1.ConditionNodesReady)
@@ -97,10 +104,7 @@ func (r *Reconciler) reconcileNodes(ctx context.Context, vc *v1alpha1.VirtualClu
 		}
 	}
 	slices.SortFunc(vc.Status.Nodes, func(a, b v1alpha1.LentNode) int { return cmp.Compare(a.Name, b.Name) })
-	want := 0
-	for _, q := range requests {
-		want += q.Count
-	}
+	want := totalCount(requests)
 	returning := 0
 	for _, name := range lent {
 		if _, kept := plan.Keep[name]; !kept {
@@ -245,6 +249,15 @@ func promotionRequests(vc *v1alpha1.VirtualCluster) ([]nodepool.Request, error) 
 		out = append(out, nodepool.Request{Name: p.Name, Count: int(p.Count), Selector: sel})
 	}
 	return out, nil
+}
+
+// totalCount is how many nodes requests ask for.
+func totalCount(requests []nodepool.Request) int {
+	n := 0
+	for _, q := range requests {
+		n += q.Count
+	}
+	return n
 }
 
 // lentTo lists the nodes lent to vc, or whose kubelet still serves it.

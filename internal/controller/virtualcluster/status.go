@@ -33,6 +33,7 @@ const (
 	ReasonDeleting            = "Deleting"
 	ReasonWaitingForAPIServer = "WaitingForAPIServer"
 	ReasonNotEnoughNodes      = "NotEnoughNodes"
+	ReasonOverNodeLimit       = "OverNodeLimit"
 	ReasonLending             = "Lending"
 	ReasonCertManagerMissing  = "CertManagerMissing"
 	ReasonIssuerNotReady      = "IssuerNotReady"

@@ -246,8 +246,23 @@ func TestSync(t *testing.T) {
 			}, metav1.CreateOptions{})
 			return err
 		})
+		// And slices with none of the tenant's addresses, by the hundred in an attack: they
+		// would say no more than none.
+		for _, name := range []string{"shop-0a", "shop-0b", "shop-0c"} {
+			mustCreate(t, func() error {
+				_, err := tc.DiscoveryV1().EndpointSlices(tenantNS).Create(ctx, &discoveryv1.EndpointSlice{
+					ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: "shop"}},
+					AddressType: discoveryv1.AddressTypeIPv4,
+					Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"172.30.0.1"}}},
+				}, metav1.CreateOptions{})
+				return err
+			})
+		}
 		waitHostEndpoints(t, ctx, hc, shop, []string{"10.244.7.5"})
 		waitEvent(t, ctx, tc, "shop", clustertree.ReasonEndpointsDropped, "not an address of this tenant's pods")
+		if list, err := hc.DiscoveryV1().EndpointSlices(hostNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + shop}); err != nil || len(list.Items) != 1 {
+			t.Errorf("host EndpointSlices of %s: %d, %v; want the one with an address of the tenant's pods", shop, len(list.Items), err)
+		}
 	})
 
 	t.Run("the node's address is a ClusterIP of its own, leading its NodePorts to the control plane", func(t *testing.T) {

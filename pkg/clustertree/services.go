@@ -157,7 +157,14 @@ func podAddresses(pod *corev1.Pod) []netip.Addr {
 const (
 	ReasonClusterIPOutsideRange = "ClusterIPOutsideRange"
 	ReasonEndpointsDropped      = "EndpointsDropped"
+	ReasonEndpointSlicesDropped = "EndpointSlicesDropped"
 )
+
+// MaxEndpointSlicesPerService is the most EndpointSlices of one tenant Service copied into the
+// host, those with endpoints only: the tenant's own pods (at most a few thousand) fill tens of
+// slices of 100, and every slice copied is watched by every host node's kube-proxy and DNS.
+// Past it, a tenant's slices would fill the host's etcd and those watches.
+const MaxEndpointSlicesPerService = 100
 
 // serviceMirror keeps the host copies of one tenant's Services and EndpointSlices.
 type serviceMirror struct {
@@ -419,13 +426,24 @@ func (m *serviceMirror) syncSlices(ctx context.Context, tenant *corev1.Service, 
 	var dropped []string
 	var want []*discoveryv1.EndpointSlice
 	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID}
+	slices.SortFunc(tenantSlices, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+	over := 0
 	for _, ts := range tenantSlices {
 		copied, out := m.tr.EndpointSlice(ts, svc.Name, ours.Contains)
 		dropped = append(dropped, out...)
-		if copied != nil {
+		switch {
+		case copied == nil || len(copied.Endpoints) == 0:
+			// An empty slice says no more than none: the host Service has no endpoints either way.
+		case len(want) == MaxEndpointSlicesPerService:
+			over++
+		default:
 			copied.OwnerReferences = []metav1.OwnerReference{owner}
 			want = append(want, copied)
 		}
+	}
+	if over > 0 {
+		m.recorder.Eventf(tenant, corev1.EventTypeWarning, ReasonEndpointSlicesDropped,
+			"%d EndpointSlices with endpoints are not copied into the host: a Service has at most %d there", over, MaxEndpointSlicesPerService)
 	}
 	current, err := hostSlices(ctx, m.host, m.tr.HostNamespace, svc.Name)
 	if err != nil {

@@ -413,3 +413,13 @@ func dumpNamespace(t *testing.T, ns string) {
 	lines = lines[max(0, len(lines)-150):]
 	t.Logf("the operator's last %d log lines naming %s:\n%s", len(lines), ns, strings.Join(lines, ""))
 }
+
+// internalIP is a node's first InternalIP address, or "".
+func internalIP(n *corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return ""
+}

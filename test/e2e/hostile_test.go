@@ -302,12 +302,7 @@ func TestHostileTenant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var nodeIP string
-		for _, a := range node.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				nodeIP = a.Address
-			}
-		}
+		nodeIP := internalIP(node)
 		slice := &discoveryv1.EndpointSlice{}
 		if err := host.Get(ctx, types.NamespacedName{Namespace: nsV, Name: sharednode.AddressSliceKubelet}, slice); err != nil {
 			t.Fatal(err)
@@ -1018,12 +1013,7 @@ func TestHostileTenant(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var kubeletURL string
-		for _, a := range lent.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				kubeletURL = "https://" + net.JoinHostPort(a.Address, fmt.Sprint(lent.Status.DaemonEndpoints.KubeletEndpoint.Port))
-			}
-		}
+		kubeletURL := "https://" + net.JoinHostPort(internalIP(lent), fmt.Sprint(lent.Status.DaemonEndpoints.KubeletEndpoint.Port))
 		kubeletCall := func(method, path string) (int, string) {
 			req, err := http.NewRequestWithContext(ctx, method, kubeletURL+path, nil)
 			if err != nil {

@@ -308,12 +308,10 @@ func portalURL(t *testing.T, ctx context.Context) string {
 		t.Fatal(err)
 	}
 	for _, n := range nodes.Items {
-		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				u := fmt.Sprintf("http://%s:%d", a.Address, svc.Spec.Ports[0].NodePort)
-				waitHTTP(t, ctx, u+"/healthz")
-				return u
-			}
+		if ip := internalIP(&n); ip != "" {
+			u := fmt.Sprintf("http://%s:%d", ip, svc.Spec.Ports[0].NodePort)
+			waitHTTP(t, ctx, u+"/healthz")
+			return u
 		}
 	}
 	t.Fatal("no node address")

@@ -938,6 +938,18 @@ func TestHostileTenant(t *testing.T) {
 		// A listener in the attacker's host namespace, and the tenant's kubeconfig Secret
 		// pointed at it, with a token file and an exec plugin, over and over while the node is
 		// lent: the operator must never dial it or run anything.
+		// First every lendable node of the host, and more: none, past the platform's limit
+		// (the chart's operator.maxLentNodesPerTenant, 8), where the node would otherwise be
+		// cordoned and drained for it, and the other tenants' promotions wait.
+		setPromotion(t, ctx, attacker, 100)
+		waitVC(t, ctx, attacker, time.Minute, func(v *v1alpha1.VirtualCluster) bool {
+			cond := meta.FindStatusCondition(v.Status.Conditions, v1alpha1.ConditionNodesReady)
+			return cond != nil && cond.Reason == "OverNodeLimit" && strings.Contains(cond.Message, "at most 8")
+		})
+		if pn := waitPoolNode(t, ctx, func(*v1alpha1.PoolNode) bool { return true }); pn.Spec.Tenant != nil || pn.Status.Phase != v1alpha1.PoolNodeInHost {
+			t.Errorf("the lendable node past the limit: lent to %+v, phase %s", pn.Spec.Tenant, pn.Status.Phase)
+		}
+
 		listener := startListener(t, ctx, nsA)
 		stopTamper := tamperKubeconfig(t, ctx, attacker, listener)
 		setPromotion(t, ctx, attacker, 1)

@@ -10,6 +10,10 @@ import (
 // only those.
 const LabelScheduled = "kubenest.io/scheduled-for"
 
+// FinalizerSnapshot holds a VirtualClusterSnapshot until what the operator made for it in the
+// control-plane namespace (its volume claim, job and credentials) is deleted.
+const FinalizerSnapshot = "kubenest.io/snapshot"
+
 // VirtualClusterSnapshot is a consistent snapshot of a tenant's etcd: every object of the
 // tenant at one revision. The operator takes it once, with etcd's own snapshot API from a
 // member's client port, onto a volume claim of its own (named "<snapshot>-snapshot" in the

@@ -447,6 +447,16 @@ type VirtualClusterStatus struct {
 	// +kubebuilder:validation:MaxLength=512
 	Endpoint string `json:"endpoint,omitempty"`
 
+	// controlPlaneNamespace is the host namespace of the tenant's control plane: its etcd,
+	// apiserver, controllers, their certificates and keys, volumes and snapshots. It is
+	// KubeNest's own (kubenest-cp-<namespace>), so that nobody with rights in the
+	// VirtualCluster's namespace can read the tenant's keys, run commands in its
+	// control-plane pods or write its data. A VirtualCluster an earlier release made keeps
+	// its control plane in its own namespace, and this says so.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	ControlPlaneNamespace string `json:"controlPlaneNamespace,omitempty"`
+
 	// kubeconfigSecretRef names the Secret, in the VirtualCluster's namespace, holding the
 	// tenant's admin kubeconfig.
 	// +optional

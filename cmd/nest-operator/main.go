@@ -239,9 +239,10 @@ Flags:
 		return fmt.Errorf("setting up the VirtualCluster controller: %w", err)
 	}
 	if err := (&snapshot.Reconciler{
-		Client:   mgr.GetClient(),
-		Settings: settings,
-		Recorder: mgr.GetEventRecorder("kubenest-operator"),
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Settings:  settings,
+		Recorder:  mgr.GetEventRecorder("kubenest-operator"),
 	}).SetupWithManager(mgr, controller.Options{MaxConcurrentReconciles: workers}); err != nil {
 		return fmt.Errorf("setting up the VirtualClusterSnapshot controller: %w", err)
 	}

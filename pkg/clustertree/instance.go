@@ -1,6 +1,7 @@
 package clustertree
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -49,6 +50,9 @@ type Config struct {
 	VirtualCluster    string
 	VirtualClusterUID types.UID
 	HostNamespace     string
+	// ControlPlaneNamespace is where the tenant's control-plane pods are
+	// (controlplane.Namespace); empty, HostNamespace.
+	ControlPlaneNamespace string
 	// NodeName is the virtual node's name in the tenant.
 	NodeName string
 	// Host reaches the host cluster; Tenant reaches the tenant's apiserver as clustertree.
@@ -279,7 +283,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if nodeAddr != nil {
 		// The tenant's control-plane pods, where its NodePorts lead.
 		f := informers.NewSharedInformerFactoryWithOptions(host, cfg.SyncPeriod,
-			informers.WithNamespace(cfg.HostNamespace),
+			informers.WithNamespace(cmp.Or(cfg.ControlPlaneNamespace, cfg.HostNamespace)),
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.LabelSelector = labels.SelectorFromSet(naming.For(cfg.VirtualCluster).Labels(naming.ComponentControlPlane)).String()
 			}))

@@ -65,8 +65,21 @@ func TestCACertificate(t *testing.T) {
 	if c.Spec.IssuerRef.Name != "platform" || c.Spec.IssuerRef.Kind != "ClusterIssuer" || c.Spec.IssuerRef.Group != "cert-manager.io" {
 		t.Errorf("issuerRef %+v", c.Spec.IssuerRef)
 	}
-	if c.Spec.SecretTemplate.Labels["kubenest.io/virtualcluster"] != vcName || c.Namespace != vcNS || len(c.OwnerReferences) != 1 {
-		t.Errorf("the Certificate and its Secret must be the tenant's: labels %v, owners %v", c.Spec.SecretTemplate.Labels, c.OwnerReferences)
+	// In the control-plane namespace, labelled with the tenant's name and namespace: an owner
+	// in another namespace would count as absent.
+	if l := c.Spec.SecretTemplate.Labels; l["kubenest.io/virtualcluster"] != vcName || l["kubenest.io/virtualcluster-namespace"] != vcNS ||
+		c.Namespace != cpNS || len(c.OwnerReferences) != 0 {
+		t.Errorf("the Certificate and its Secret must be the tenant's: namespace %s, labels %v, owners %v", c.Namespace, l, c.OwnerReferences)
+	}
+	// An earlier release's tenant: next to it, owned by it.
+	legacyVC := vc.DeepCopy()
+	legacy(legacyVC)
+	old, err := controlplane.CACertificate(legacyVC, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.Namespace != vcNS || len(old.OwnerReferences) != 1 || old.OwnerReferences[0].UID != vc.UID {
+		t.Errorf("an earlier release's tenant: Certificate in %s owned by %v, want in %s owned by the VirtualCluster", old.Namespace, old.OwnerReferences, vcNS)
 	}
 	if _, err := controlplane.CACertificate(newVC(), nil); err == nil {
 		t.Error("no spec.pki: want an error")
@@ -75,15 +88,15 @@ func TestCACertificate(t *testing.T) {
 
 // TestCANameConstraints: a tenant CA that a platform issuer signed, constrained to the
 // tenant's names, verifies every certificate the operator issues for the tenant up to the
-// platform's root, and nothing the tenant might sign for another name with the CA's key,
-// which sits in its namespace.
+// platform's root, and nothing the tenant might sign for another name with the CA's key
+// (in an earlier release's tenant's own namespace, where its users may read it).
 func TestCANameConstraints(t *testing.T) {
 	vc := newVC(func(vc *v1alpha1.VirtualCluster) {
 		vc.Spec.ControlPlane.Exposure.ExtraSANs = []string{"api.team-a.example.com", "*.apps.team-a.example.com", "192.0.2.7"}
 	})
 	specs := leafSpecs(t, vc, controlplane.DefaultSettings(), controlplane.Exposure{ClusterIP: "10.96.0.20", Address: "node-1.example.net"})
 	permitted := controlplane.CANameConstraints(specs, "kubenest-shared")
-	for _, want := range []string{"kubernetes.default.svc", vcName + "-apiserver." + vcNS + ".svc", "api.team-a.example.com",
+	for _, want := range []string{"kubernetes.default.svc", vcName + "-apiserver." + cpNS + ".svc", "api.team-a.example.com",
 		"apps.team-a.example.com", "node-1.example.net", "kubenest-shared"} {
 		if !slices.Contains(permitted, want) {
 			t.Errorf("permitted %q: missing %s", permitted, want)
@@ -117,7 +130,7 @@ func TestCANameConstraints(t *testing.T) {
 		return err
 	}
 	server := leaves[controlplane.LeafAPIServer].Cert
-	for _, name := range []string{"kubernetes.default.svc", vcName + "-apiserver." + vcNS + ".svc", "api.team-a.example.com", "x.apps.team-a.example.com", "node-1.example.net"} {
+	for _, name := range []string{"kubernetes.default.svc", vcName + "-apiserver." + cpNS + ".svc", "api.team-a.example.com", "x.apps.team-a.example.com", "node-1.example.net"} {
 		if err := verify(server, name, x509.ExtKeyUsageServerAuth); err != nil {
 			t.Errorf("the apiserver's certificate for %s does not verify up to the platform's root: %v", name, err)
 		}

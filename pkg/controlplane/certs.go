@@ -352,7 +352,7 @@ func LeafSpecs(vc *v1alpha1.VirtualCluster, s Settings, exp Exposure) (map[Leaf]
 		return nil, err
 	}
 	names := naming.For(vc.Name)
-	ns := vc.Namespace
+	ns := Namespace(vc)
 
 	apiDNS := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 		"kubernetes.default.svc." + TenantClusterDomain}

@@ -23,6 +23,8 @@ var now = time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
 const (
 	vcName = "tenant"
 	vcNS   = "tenants"
+	// cpNS is the control-plane namespace of a new VirtualCluster of vcNS.
+	cpNS = "kubenest-cp-tenants"
 )
 
 // newVC is a VirtualCluster as the API server would return it, defaults applied, changed by
@@ -36,6 +38,9 @@ func newVC(modify ...func(*v1alpha1.VirtualCluster)) *v1alpha1.VirtualCluster {
 	}
 	return vc
 }
+
+// legacy makes vc one an earlier release made, whose control plane stays in its own namespace.
+func legacy(vc *v1alpha1.VirtualCluster) { vc.Status.ControlPlaneNamespace = vc.Namespace }
 
 func newAuthorities(t *testing.T) *controlplane.Authorities {
 	t.Helper()
@@ -95,10 +100,23 @@ func TestLeafSpecsAPIServerSANs(t *testing.T) {
 			wantDNS: []string{
 				"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 				"kubernetes.default.svc.cluster.local",
+				"tenant-apiserver", "tenant-apiserver.kubenest-cp-tenants",
+				"tenant-apiserver.kubenest-cp-tenants.svc", "tenant-apiserver.kubenest-cp-tenants.svc.cluster.local",
+			},
+			wantIPs: []string{"127.0.0.1", "10.254.0.1", "10.96.0.20"},
+			// A Service of that name in the tenant's own namespace is not the apiserver.
+			unwantDNS: []string{"tenant-apiserver.tenants", "tenant-apiserver.tenants.svc", "tenant-apiserver.tenants.svc.cluster.local"},
+		},
+		{
+			name:     "an earlier release's tenant: its own namespace",
+			vc:       newVC(legacy),
+			exposure: controlplane.Exposure{ClusterIP: "10.96.0.20"},
+			wantDNS: []string{
 				"tenant-apiserver", "tenant-apiserver.tenants",
 				"tenant-apiserver.tenants.svc", "tenant-apiserver.tenants.svc.cluster.local",
 			},
-			wantIPs: []string{"127.0.0.1", "10.254.0.1", "10.96.0.20"},
+			wantIPs:   []string{"127.0.0.1", "10.254.0.1", "10.96.0.20"},
+			unwantDNS: []string{"tenant-apiserver.kubenest-cp-tenants", "tenant-apiserver.kubenest-cp-tenants.svc", "tenant-apiserver.kubenest-cp-tenants.svc.cluster.local"},
 		},
 		{
 			name: "other host domain and service range",
@@ -110,10 +128,10 @@ func TestLeafSpecsAPIServerSANs(t *testing.T) {
 			exposure: controlplane.Exposure{ClusterIP: "10.96.0.20"},
 			wantDNS: []string{
 				"kubernetes.default.svc.cluster.local",
-				"tenant-apiserver.tenants.svc", "tenant-apiserver.tenants.svc.corp.example",
+				"tenant-apiserver.kubenest-cp-tenants.svc", "tenant-apiserver.kubenest-cp-tenants.svc.corp.example",
 			},
 			wantIPs:   []string{"127.0.0.1", "10.100.8.1", "10.96.0.20"},
-			unwantDNS: []string{"tenant-apiserver.tenants.svc.cluster.local"},
+			unwantDNS: []string{"tenant-apiserver.kubenest-cp-tenants.svc.cluster.local"},
 		},
 		{
 			name:     "IPv6 service range",
@@ -132,7 +150,7 @@ func TestLeafSpecsAPIServerSANs(t *testing.T) {
 			name:     "load balancer host name",
 			vc:       newVC(),
 			exposure: controlplane.Exposure{ClusterIP: "10.96.0.20", Address: "lb-1.elb.example.com", Endpoint: "https://lb-1.elb.example.com:6443"},
-			wantDNS:  []string{"lb-1.elb.example.com", "tenant-apiserver.tenants.svc"},
+			wantDNS:  []string{"lb-1.elb.example.com", "tenant-apiserver.kubenest-cp-tenants.svc"},
 			wantIPs:  []string{"127.0.0.1", "10.254.0.1", "10.96.0.20"},
 		},
 		{
@@ -150,7 +168,7 @@ func TestLeafSpecsAPIServerSANs(t *testing.T) {
 				}
 			}),
 			exposure: controlplane.Exposure{ClusterIP: "10.96.0.20", Address: "192.0.2.10"},
-			wantDNS:  []string{"api.example.com", "*.apps.example.com", "localhost", "tenant-apiserver.tenants.svc.cluster.local"},
+			wantDNS:  []string{"api.example.com", "*.apps.example.com", "localhost", "tenant-apiserver.kubenest-cp-tenants.svc.cluster.local"},
 			wantIPs:  []string{"127.0.0.1", "10.254.0.1", "10.96.0.20", "203.0.113.5", "fd00::5", "192.0.2.10"},
 		},
 	}
@@ -191,33 +209,55 @@ func TestLeafSpecsEtcdSANs(t *testing.T) {
 	tests := []struct {
 		name        string
 		domain      string
+		modify      func(*v1alpha1.VirtualCluster)
 		wantServer  []string
 		wantPeer    []string
 		wantService []string
+		unwant      []string
 	}{
 		{
 			name:   "default host domain",
 			domain: "cluster.local",
 			wantPeer: []string{
+				"*.tenant-etcd-peer.kubenest-cp-tenants.svc", "*.tenant-etcd-peer.kubenest-cp-tenants.svc.cluster.local",
+			},
+			wantService: []string{"localhost", "tenant-etcd", "tenant-etcd.kubenest-cp-tenants.svc", "tenant-etcd.kubenest-cp-tenants.svc.cluster.local"},
+			unwant:      []string{"*.tenant-etcd-peer.tenants.svc", "tenant-etcd.tenants.svc", "tenant-etcd.tenants.svc.cluster.local"},
+		},
+		{
+			name:   "an earlier release's tenant: its own namespace",
+			domain: "cluster.local",
+			modify: legacy,
+			wantPeer: []string{
 				"*.tenant-etcd-peer.tenants.svc", "*.tenant-etcd-peer.tenants.svc.cluster.local",
 			},
 			wantService: []string{"localhost", "tenant-etcd", "tenant-etcd.tenants.svc", "tenant-etcd.tenants.svc.cluster.local"},
+			unwant:      []string{"*.tenant-etcd-peer.kubenest-cp-tenants.svc", "tenant-etcd.kubenest-cp-tenants.svc"},
 		},
 		{
 			name:   "other host domain",
 			domain: "corp.example",
 			wantPeer: []string{
-				"*.tenant-etcd-peer.tenants.svc", "*.tenant-etcd-peer.tenants.svc.corp.example",
+				"*.tenant-etcd-peer.kubenest-cp-tenants.svc", "*.tenant-etcd-peer.kubenest-cp-tenants.svc.corp.example",
 			},
-			wantService: []string{"tenant-etcd.tenants.svc", "tenant-etcd.tenants.svc.corp.example"},
+			wantService: []string{"tenant-etcd.kubenest-cp-tenants.svc", "tenant-etcd.kubenest-cp-tenants.svc.corp.example"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := controlplane.DefaultSettings()
 			s.HostClusterDomain = tt.domain
-			specs := leafSpecs(t, newVC(), s, controlplane.Exposure{})
+			vc := newVC()
+			if tt.modify != nil {
+				tt.modify(vc)
+			}
+			specs := leafSpecs(t, vc, s, controlplane.Exposure{})
 			server, peer := specs[controlplane.LeafEtcdServer], specs[controlplane.LeafEtcdPeer]
+			for _, unwant := range tt.unwant {
+				if slices.Contains(server.DNSNames, unwant) || slices.Contains(peer.DNSNames, unwant) {
+					t.Errorf("etcd DNS names %q, %q contain %q", server.DNSNames, peer.DNSNames, unwant)
+				}
+			}
 			for _, want := range append(slices.Clone(tt.wantPeer), tt.wantService...) {
 				if !slices.Contains(server.DNSNames, want) {
 					t.Errorf("etcd server DNS names %q lack %q", server.DNSNames, want)
@@ -288,7 +328,7 @@ func TestLeafSpecsIdentities(t *testing.T) {
 
 func TestLeafSpecsNoDuplicates(t *testing.T) {
 	vc := newVC(func(vc *v1alpha1.VirtualCluster) {
-		vc.Spec.ControlPlane.Exposure.ExtraSANs = []string{"localhost", "127.0.0.1", "10.96.0.20", "tenant-apiserver.tenants.svc", "api.example.com"}
+		vc.Spec.ControlPlane.Exposure.ExtraSANs = []string{"localhost", "127.0.0.1", "10.96.0.20", "tenant-apiserver.kubenest-cp-tenants.svc", "api.example.com"}
 	})
 	specs := leafSpecs(t, vc, controlplane.DefaultSettings(), controlplane.Exposure{ClusterIP: "10.96.0.20", Address: "api.example.com"})
 	for name, spec := range specs {

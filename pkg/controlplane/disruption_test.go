@@ -31,7 +31,7 @@ func TestDisruptionBudgets(t *testing.T) {
 			var got []string
 			for _, pdb := range want {
 				got = append(got, pdb.Name)
-				if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Namespace != vcNS || len(pdb.OwnerReferences) != 1 {
+				if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 || pdb.Namespace != cpNS || len(pdb.OwnerReferences) != 0 {
 					t.Errorf("%s: maxUnavailable %v, namespace %s, owners %v", pdb.Name, pdb.Spec.MaxUnavailable, pdb.Namespace, pdb.OwnerReferences)
 				}
 				component := pdb.Labels[naming.LabelComponent]

@@ -109,10 +109,13 @@ func KubeconfigSecret(vc *v1alpha1.VirtualCluster, a *Authorities, l Leaves, end
 	if err != nil {
 		return nil, err
 	}
-	return secret(vc, naming.For(vc.Name).KubeconfigSecret(), map[string][]byte{
+	// The one Secret in the VirtualCluster's own namespace: the tenant's to download.
+	kubeconfig := secret(vc, naming.For(vc.Name).KubeconfigSecret(), map[string][]byte{
 		KeyKubeconfig:          external,
 		KeyInClusterKubeconfig: internal,
-	}), nil
+	})
+	kubeconfig.ObjectMeta = tenantObjectMeta(vc, kubeconfig.Name, "")
+	return kubeconfig, nil
 }
 
 // AdminFromKubeconfig reads the admin certificate back out of a kubeconfig Secret's data, so
@@ -127,7 +130,7 @@ func AdminFromKubeconfig(data map[string][]byte) (PEMPair, bool) {
 
 // InClusterEndpoint is the apiserver's URL inside the host cluster.
 func InClusterEndpoint(vc *v1alpha1.VirtualCluster) string {
-	return fmt.Sprintf("https://%s.%s.svc:%d", naming.For(vc.Name).APIServerService(), vc.Namespace, APIServerPort)
+	return fmt.Sprintf("https://%s.%s.svc:%d", naming.For(vc.Name).APIServerService(), Namespace(vc), APIServerPort)
 }
 
 // ContentHash is a short, stable hash of Secret data, put on pod templates so that the pods

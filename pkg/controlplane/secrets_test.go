@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
@@ -167,7 +168,7 @@ func TestKubeconfigSecret(t *testing.T) {
 		server string
 	}{
 		{controlplane.KeyKubeconfig, endpoint},
-		{controlplane.KeyInClusterKubeconfig, "https://tenant-apiserver.tenants.svc:6443"},
+		{controlplane.KeyInClusterKubeconfig, "https://tenant-apiserver.kubenest-cp-tenants.svc:6443"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
@@ -190,8 +191,11 @@ func TestKubeconfigSecret(t *testing.T) {
 			}
 		})
 	}
-	if got := controlplane.InClusterEndpoint(vc); got != "https://tenant-apiserver.tenants.svc:6443" {
+	if got := controlplane.InClusterEndpoint(vc); got != "https://tenant-apiserver.kubenest-cp-tenants.svc:6443" {
 		t.Errorf("InClusterEndpoint = %q", got)
+	}
+	if got := controlplane.InClusterEndpoint(newVC(legacy)); got != "https://tenant-apiserver.tenants.svc:6443" {
+		t.Errorf("InClusterEndpoint of an earlier release's tenant = %q", got)
 	}
 	admin, ok := controlplane.AdminFromKubeconfig(ts.kubecfg.Data)
 	if !ok {
@@ -252,50 +256,110 @@ func TestContentHash(t *testing.T) {
 	}
 }
 
-// TestOwnership checks that every object a tenant gets is labelled and controlled by its
-// VirtualCluster, so that the host's garbage collector and the operator's watches find it.
-func TestOwnership(t *testing.T) {
-	vc := newVC()
+// ownedObject is what TestOwnership checks: a host object of the tenant, kind set.
+type ownedObject interface {
+	metav1.Object
+	runtime.Object
+}
+
+// tenantObjects are every host object the operator makes for vc (but its snapshots'), built
+// as the operator builds them: its admin kubeconfig Secret and its control plane.
+func tenantObjects(t *testing.T, vc *v1alpha1.VirtualCluster) (kubeconfig ownedObject, cp []ownedObject) {
+	t.Helper()
 	ts := newTenantSecrets(t, vc)
-	deploy, err := controlplane.ControlPlaneDeployment(vc, controlplane.DefaultSettings(), "hash")
+	s := controlplane.DefaultSettings()
+	deploy, err := controlplane.ControlPlaneDeployment(vc, s, "hash")
 	if err != nil {
 		t.Fatalf("ControlPlaneDeployment: %v", err)
 	}
-	objects := []interface {
-		metav1.Object
-		runtime.Object
-	}{
-		ts.ca, ts.etcd, ts.controlPlane, ts.kubecfg,
-		controlplane.EtcdPeerService(vc), controlplane.EtcdClientService(vc), controlplane.APIServerService(vc),
-		controlplane.EtcdStatefulSet(vc, controlplane.DefaultSettings(), "hash"), deploy,
+	signer, err := controlplane.KubeletSignerSecret(vc, ts.authorities)
+	if err != nil {
+		t.Fatalf("KubeletSignerSecret: %v", err)
 	}
-	for _, obj := range objects {
-		t.Run(obj.GetObjectKind().GroupVersionKind().Kind+"/"+obj.GetName(), func(t *testing.T) {
-			if obj.GetNamespace() != vc.Namespace {
-				t.Errorf("namespace %q, want %q", obj.GetNamespace(), vc.Namespace)
-			}
-			if !strings.HasPrefix(obj.GetName(), vc.Name+"-") {
-				t.Errorf("name %q does not start with the VirtualCluster's", obj.GetName())
-			}
-			if obj.GetObjectKind().GroupVersionKind().Kind == "" {
-				t.Error("no kind set, which server-side apply needs")
-			}
-			if got := obj.GetLabels()[naming.LabelVirtualCluster]; got != vc.Name {
-				t.Errorf("label %s = %q, want %q", naming.LabelVirtualCluster, got, vc.Name)
-			}
-			owner := metav1.GetControllerOf(obj)
-			if owner == nil {
-				t.Fatal("no controller owner reference")
-			}
-			if owner.Kind != "VirtualCluster" || owner.APIVersion != v1alpha1.GroupVersion.String() ||
-				owner.Name != vc.Name || owner.UID != vc.UID {
-				t.Errorf("controller owner = %+v, want the VirtualCluster", *owner)
-			}
-			if owner.BlockOwnerDeletion == nil || !*owner.BlockOwnerDeletion {
-				t.Error("owner reference does not block owner deletion")
-			}
-			if n := len(obj.GetOwnerReferences()); n != 1 {
-				t.Errorf("%d owner references, want 1", n)
+	ha := vc.DeepCopy()
+	ha.Spec.Etcd.Replicas, ha.Spec.ControlPlane.Replicas = 3, ptr.To[int32](2)
+	budgets, _ := controlplane.DisruptionBudgets(ha)
+	if len(budgets) != 2 {
+		t.Fatalf("DisruptionBudgets of an HA tenant: %d, want 2", len(budgets))
+	}
+	withPKI := vc.DeepCopy()
+	withPKI.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "platform", Kind: "ClusterIssuer", Group: "cert-manager.io"}}
+	cert, err := controlplane.CACertificate(withPKI, nil)
+	if err != nil {
+		t.Fatalf("CACertificate: %v", err)
+	}
+	cp = []ownedObject{
+		ts.ca, ts.etcd, ts.controlPlane, signer,
+		controlplane.EtcdPeerService(vc), controlplane.EtcdClientService(vc), controlplane.APIServerService(vc),
+		controlplane.WakeEndpointSlice(vc, "10.0.0.9", 9443),
+		controlplane.EtcdStatefulSet(vc, s, "hash"), deploy, budgets[0], budgets[1], cert,
+	}
+	return ts.kubecfg, cp
+}
+
+// TestOwnership checks that every object a tenant gets is labelled as its VirtualCluster's,
+// so that the operator's watches find it, and where it is: a new tenant's control plane in
+// its control-plane namespace, labelled with the tenant's namespace and owned by nobody (an
+// owner in another namespace counts as absent: the garbage collector would delete it); its
+// admin kubeconfig in its own namespace, controlled by the VirtualCluster, so that the host's
+// garbage collector removes it with it; and everything of an earlier release's tenant in its
+// own namespace, controlled by the VirtualCluster.
+func TestOwnership(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		vc     *v1alpha1.VirtualCluster
+		cpNS   string
+		legacy bool
+	}{
+		{"new", newVC(), cpNS, false},
+		{"an earlier release's", newVC(legacy), vcNS, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			vc := tt.vc
+			kubeconfig, cp := tenantObjects(t, vc)
+			for _, obj := range append([]ownedObject{kubeconfig}, cp...) {
+				owned := tt.legacy || obj == kubeconfig
+				wantNS := tt.cpNS
+				if obj == kubeconfig {
+					wantNS = vc.Namespace
+				}
+				t.Run(obj.GetObjectKind().GroupVersionKind().Kind+"/"+obj.GetName(), func(t *testing.T) {
+					if obj.GetNamespace() != wantNS {
+						t.Errorf("namespace %q, want %q", obj.GetNamespace(), wantNS)
+					}
+					if !strings.HasPrefix(obj.GetName(), vc.Name+"-") {
+						t.Errorf("name %q does not start with the VirtualCluster's", obj.GetName())
+					}
+					if obj.GetObjectKind().GroupVersionKind().Kind == "" {
+						t.Error("no kind set, which server-side apply needs")
+					}
+					if got := obj.GetLabels()[naming.LabelVirtualCluster]; got != vc.Name {
+						t.Errorf("label %s = %q, want %q", naming.LabelVirtualCluster, got, vc.Name)
+					}
+					if !owned {
+						if got, ok := obj.GetLabels()[naming.LabelVirtualClusterNamespace]; !ok || got != vc.Namespace {
+							t.Errorf("label %s = %q, want %q", naming.LabelVirtualClusterNamespace, got, vc.Namespace)
+						}
+						if refs := obj.GetOwnerReferences(); len(refs) != 0 {
+							t.Errorf("owner references %+v in the control-plane namespace, want none", refs)
+						}
+						return
+					}
+					owner := metav1.GetControllerOf(obj)
+					if owner == nil {
+						t.Fatal("no controller owner reference")
+					}
+					if owner.Kind != "VirtualCluster" || owner.APIVersion != v1alpha1.GroupVersion.String() ||
+						owner.Name != vc.Name || owner.UID != vc.UID {
+						t.Errorf("controller owner = %+v, want the VirtualCluster", *owner)
+					}
+					if owner.BlockOwnerDeletion == nil || !*owner.BlockOwnerDeletion {
+						t.Error("owner reference does not block owner deletion")
+					}
+					if n := len(obj.GetOwnerReferences()); n != 1 {
+						t.Errorf("%d owner references, want 1", n)
+					}
+				})
 			}
 		})
 	}

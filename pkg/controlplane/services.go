@@ -201,9 +201,34 @@ func typeMeta(apiVersion, kind string) metav1.TypeMeta {
 	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
 }
 
-// objectMeta names an object of vc, labels it and makes vc its controlling owner, so that the
-// host's garbage collector removes it with vc.
+// Namespace is the host namespace of vc's control plane: KubeNest's own (see
+// naming.ControlPlaneNamespace), or vc's own namespace for a VirtualCluster an earlier release
+// made: status.controlPlaneNamespace says so, or, before the operator first wrote it, a status
+// without it. Only the operator writes the status; no other value is ever used.
+func Namespace(vc *v1alpha1.VirtualCluster) string {
+	switch cp := vc.Status.ControlPlaneNamespace; {
+	case vc.Namespace == "":
+	case cp == vc.Namespace, cp == "" && len(vc.Status.Conditions) > 0:
+		return vc.Namespace
+	}
+	return naming.ControlPlaneNamespace(vc.Namespace)
+}
+
+// objectMeta names an object of vc's control plane and labels it. In vc's own namespace
+// vc is its controlling owner, so that the host's garbage collector removes it with vc; in
+// the control-plane namespace (where an owner in another namespace would count as absent) it
+// names vc's namespace by label, and the operator removes it when vc goes.
 func objectMeta(vc *v1alpha1.VirtualCluster, name, component string) metav1.ObjectMeta {
+	ns := Namespace(vc)
+	if ns == vc.Namespace {
+		return tenantObjectMeta(vc, name, component)
+	}
+	return metav1.ObjectMeta{Name: name, Namespace: ns, Labels: memberLabels(vc, component)}
+}
+
+// tenantObjectMeta names an object in vc's own namespace (its admin kubeconfig), labels it and
+// makes vc its controlling owner.
+func tenantObjectMeta(vc *v1alpha1.VirtualCluster, name, component string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name:      name,
 		Namespace: vc.Namespace,

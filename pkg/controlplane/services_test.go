@@ -1,6 +1,7 @@
 package controlplane_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -34,8 +35,8 @@ func TestAPIServerService(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			vc := newVC(func(vc *v1alpha1.VirtualCluster) { vc.Spec.ControlPlane.Exposure = tt.exposure })
 			svc := controlplane.APIServerService(vc)
-			if svc.Name != "tenant-apiserver" || svc.Namespace != vcNS {
-				t.Errorf("Service %s/%s, want %s/tenant-apiserver", svc.Namespace, svc.Name, vcNS)
+			if svc.Name != "tenant-apiserver" || svc.Namespace != cpNS {
+				t.Errorf("Service %s/%s, want %s/tenant-apiserver", svc.Namespace, svc.Name, cpNS)
 			}
 			if svc.Spec.Type != tt.wantType {
 				t.Errorf("type = %q, want %q", svc.Spec.Type, tt.wantType)
@@ -103,13 +104,13 @@ func TestResolveExposure(t *testing.T) {
 		{
 			name: "ClusterIP",
 			svc:  svc(corev1.ServiceTypeClusterIP, 0),
-			want: controlplane.Exposure{ClusterIP: "10.96.0.20", Endpoint: "https://tenant-apiserver.tenants.svc:6443"},
+			want: controlplane.Exposure{ClusterIP: "10.96.0.20", Endpoint: "https://tenant-apiserver.kubenest-cp-tenants.svc:6443"},
 		},
 		{
 			name:        "ClusterIP ignores a node address",
 			svc:         svc(corev1.ServiceTypeClusterIP, 0),
 			nodeAddress: "192.0.2.10",
-			want:        controlplane.Exposure{ClusterIP: "10.96.0.20", Endpoint: "https://tenant-apiserver.tenants.svc:6443"},
+			want:        controlplane.Exposure{ClusterIP: "10.96.0.20", Endpoint: "https://tenant-apiserver.kubenest-cp-tenants.svc:6443"},
 		},
 		{
 			name:        "NodePort without a node address",
@@ -369,7 +370,9 @@ func TestWakeEndpointSlice(t *testing.T) {
 				t.Errorf("label %s value %q: %v", k, v, errs)
 			}
 		}
-		if s.Labels[discoveryv1.LabelServiceName] != "team-a-apiserver" || s.Namespace != "tenants" {
+		// Next to the apiserver Service, in the control-plane namespace.
+		if s.Labels[discoveryv1.LabelServiceName] != "team-a-apiserver" || s.Namespace != "kubenest-cp-tenants" ||
+			s.Namespace != controlplane.APIServerService(vc).Namespace {
 			t.Errorf("slice %s/%s labels %v: not the apiserver Service's", s.Namespace, s.Name, s.Labels)
 		}
 		want := discoveryv1.AddressTypeIPv4
@@ -380,5 +383,47 @@ func TestWakeEndpointSlice(t *testing.T) {
 		if s.AddressType != want || *s.Ports[0].Port != 40123 || *s.Ports[0].Name != svcPort.Name || s.Endpoints[0].Addresses[0] != ip {
 			t.Errorf("slice for %s: %+v", ip, s)
 		}
+	}
+}
+
+// TestNamespace: a new tenant's control plane goes to KubeNest's namespace for its namespace;
+// only one an earlier release made, as its status says, stays in its own; no other value of
+// the status is ever used.
+func TestNamespace(t *testing.T) {
+	ready := []metav1.Condition{{Type: v1alpha1.ConditionAPIServerReady, Status: metav1.ConditionTrue, Reason: "Ready"}}
+	for _, tt := range []struct {
+		name   string
+		status v1alpha1.VirtualClusterStatus
+		want   string
+	}{
+		{"new: empty status", v1alpha1.VirtualClusterStatus{}, cpNS},
+		{"new, status written", v1alpha1.VirtualClusterStatus{ControlPlaneNamespace: cpNS, Conditions: ready}, cpNS},
+		{"an earlier release's, status written", v1alpha1.VirtualClusterStatus{ControlPlaneNamespace: vcNS, Conditions: ready}, vcNS},
+		{"an earlier release's, status written, no conditions", v1alpha1.VirtualClusterStatus{ControlPlaneNamespace: vcNS}, vcNS},
+		{"an earlier release's, before the operator wrote the field", v1alpha1.VirtualClusterStatus{Conditions: ready}, vcNS},
+		{"another namespace", v1alpha1.VirtualClusterStatus{ControlPlaneNamespace: "kube-system"}, cpNS},
+		{"another namespace, with conditions", v1alpha1.VirtualClusterStatus{ControlPlaneNamespace: "kube-system", Conditions: ready}, cpNS},
+		{"another namespace's control-plane namespace", v1alpha1.VirtualClusterStatus{ControlPlaneNamespace: "kubenest-cp-others", Conditions: ready}, cpNS},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			vc := newVC(func(vc *v1alpha1.VirtualCluster) { vc.Status = tt.status })
+			if got := controlplane.Namespace(vc); got != tt.want {
+				t.Errorf("Namespace = %q, want %q", got, tt.want)
+			}
+		})
+	}
+	if got := naming.ControlPlaneNamespace(vcNS); got != cpNS {
+		t.Errorf("naming.ControlPlaneNamespace(%q) = %q, want %q", vcNS, got, cpNS)
+	}
+	// The longest namespace name still has a control-plane namespace of its own, a valid
+	// namespace name.
+	long := strings.Repeat("n", validation.DNS1123LabelMaxLength)
+	vc := newVC(func(vc *v1alpha1.VirtualCluster) { vc.Namespace = long })
+	got := controlplane.Namespace(vc)
+	if errs := validation.IsDNS1123Label(got); len(errs) > 0 || got == long || !strings.HasPrefix(got, naming.ControlPlaneNamespacePrefix) {
+		t.Errorf("Namespace of a tenant of namespace %s = %q: %v", long, got, errs)
+	}
+	if other := naming.ControlPlaneNamespace(long[1:]); other == got {
+		t.Errorf("namespaces %s and %s share the control-plane namespace %s", long, long[1:], got)
 	}
 }

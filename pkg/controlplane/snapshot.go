@@ -31,6 +31,50 @@ const (
 // SnapshotClaimName names the volume claim that holds a snapshot, and the job that takes it.
 func SnapshotClaimName(snapshot string) string { return snapshot + "-snapshot" }
 
+// SnapshotCredentialsName names the copy of a snapshot's S3 credentials its job reads.
+func SnapshotCredentialsName(snapshot string) string { return snapshot + "-snapshot-s3" }
+
+// RestoreCredentialsName names the copy of the S3 credentials a restoring tenant's etcd
+// members read.
+func RestoreCredentialsName(vc string) string { return naming.Join(vc, "restore-s3") }
+
+// LabelSnapshotUID marks what was made for a snapshot in a control-plane namespace (its claim,
+// job and credentials), where the snapshot, in another namespace, cannot own them.
+const LabelSnapshotUID = "kubenest.io/snapshot-uid"
+
+// MadeFor says whether obj was made for snap: owned by it in snap's namespace (an earlier
+// release's way), or labelled with its UID in the control-plane namespace, where only the
+// operator writes.
+func MadeFor(obj metav1.Object, snap *v1alpha1.VirtualClusterSnapshot) bool {
+	if obj.GetNamespace() == snap.Namespace {
+		return metav1.IsControlledBy(obj, snap)
+	}
+	return obj.GetNamespace() == naming.ControlPlaneNamespace(snap.Namespace) && obj.GetLabels()[LabelSnapshotUID] == string(snap.UID)
+}
+
+// S3Credentials is the copy, in the control-plane namespace, of the two keys of the tenant's
+// S3 credentials Secret that snapshot jobs and restores read. The tenant's Secret is theirs to
+// write: it is used as the bucket's credentials and for nothing else.
+func S3Credentials(ns, name string, labels map[string]string, from *corev1.Secret) *corev1.Secret {
+	data := map[string][]byte{}
+	for _, k := range []string{s3AccessKeyID, s3SecretAccessKey} {
+		if v, ok := from.Data[k]; ok {
+			data[k] = v
+		}
+	}
+	return &corev1.Secret{
+		TypeMeta:   typeMeta("v1", "Secret"),
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       data,
+	}
+}
+
+const (
+	s3AccessKeyID     = "accessKeyID"
+	s3SecretAccessKey = "secretAccessKey"
+)
+
 // SnapshotS3Key is the key of a snapshot stored in S3: spec.s3.key, or
 // "<namespace>/<snapshot>.db".
 func SnapshotS3Key(snap *v1alpha1.VirtualClusterSnapshot) string {
@@ -60,16 +104,26 @@ func s3Args(s3 *v1alpha1.S3Location, key string) []string {
 	return args
 }
 
-// s3Env gives the credentials of the Secret spec.s3 names as the environment the commands
-// read them from. optional: a restore's init container needs them only once, and a tenant made
-// from a snapshot must not fail to start because the Secret went since.
-func s3Env(s3 *v1alpha1.S3Location, optional bool) []corev1.EnvVar {
+// s3Env gives the credentials of the Secret named secret (spec.s3's, or its copy in the
+// control-plane namespace) as the environment the commands read them from. optional: a
+// restore's init container needs them only once, and a tenant made from a snapshot must not
+// fail to start because the Secret went since.
+func s3Env(secret string, optional bool) []corev1.EnvVar {
 	ref := func(key string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: s3.CredentialsSecretName}, Key: key, Optional: ptr.To(optional),
+			LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key, Optional: ptr.To(optional),
 		}}
 	}
-	return []corev1.EnvVar{{Name: "AWS_ACCESS_KEY_ID", ValueFrom: ref("accessKeyID")}, {Name: "AWS_SECRET_ACCESS_KEY", ValueFrom: ref("secretAccessKey")}}
+	return []corev1.EnvVar{{Name: "AWS_ACCESS_KEY_ID", ValueFrom: ref(s3AccessKeyID)}, {Name: "AWS_SECRET_ACCESS_KEY", ValueFrom: ref(s3SecretAccessKey)}}
+}
+
+// SnapshotCredentialsSecret names the Secret a snapshot's job reads its S3 credentials from:
+// the tenant's own in its namespace (an earlier release's tenants), else the copy.
+func SnapshotCredentialsSecret(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSnapshot) string {
+	if Namespace(vc) == snap.Namespace {
+		return snap.Spec.S3.CredentialsSecretName
+	}
+	return SnapshotCredentialsName(snap.Name)
 }
 
 // SnapshotClaim is the volume claim a snapshot is taken onto: by default as large as the
@@ -84,7 +138,7 @@ func SnapshotClaim(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSna
 	}
 	return &corev1.PersistentVolumeClaim{
 		TypeMeta:   typeMeta("v1", "PersistentVolumeClaim"),
-		ObjectMeta: metav1.ObjectMeta{Name: SnapshotClaimName(snap.Name), Namespace: snap.Namespace, Labels: snapshotLabels(vc)},
+		ObjectMeta: metav1.ObjectMeta{Name: SnapshotClaimName(snap.Name), Namespace: Namespace(vc), Labels: SnapshotLabels(vc, snap)},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			StorageClassName: snap.Spec.StorageClassName,
@@ -93,8 +147,14 @@ func SnapshotClaim(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSna
 	}
 }
 
-func snapshotLabels(vc *v1alpha1.VirtualCluster) map[string]string {
-	return naming.For(vc.Name).Labels("snapshot")
+// SnapshotLabels label what is made for snap, a snapshot of vc.
+func SnapshotLabels(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSnapshot) map[string]string {
+	l := naming.For(vc.Name).Labels("snapshot")
+	if Namespace(vc) != snap.Namespace {
+		l[naming.LabelVirtualClusterNamespace] = vc.Namespace
+		l[LabelSnapshotUID] = string(snap.UID)
+	}
+	return l
 }
 
 // SnapshotJob takes the snapshot: nest-controlplane etcd-snapshot, from the etcd client
@@ -117,7 +177,7 @@ func SnapshotJob(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSnaps
 		Image:           s.Image,
 		ImagePullPolicy: s.ImagePullPolicy,
 		Command: []string{BinaryPath, "etcd-snapshot",
-			fmt.Sprintf("--endpoint=https://%s.%s.svc:%d", names.EtcdClientService(), vc.Namespace, EtcdClientPort),
+			fmt.Sprintf("--endpoint=https://%s.%s.svc:%d", names.EtcdClientService(), Namespace(vc), EtcdClientPort),
 			"--cacert=" + pki(KeyEtcdCACert),
 			"--cert=" + pki(LeafAPIServerEtcdClient.CertFile()),
 			"--key=" + pki(LeafAPIServerEtcdClient.KeyFile()),
@@ -138,12 +198,12 @@ func SnapshotJob(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSnaps
 		// Written to scratch space, then uploaded.
 		storage = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
 		container.Command = append(container.Command, s3Args(s3, SnapshotS3Key(snap))...)
-		container.Env = s3Env(s3, false)
+		container.Env = s3Env(SnapshotCredentialsSecret(vc, snap), false)
 	}
-	labels := snapshotLabels(vc)
+	labels := SnapshotLabels(vc, snap)
 	return &batchv1.Job{
 		TypeMeta:   typeMeta("batch/v1", "Job"),
-		ObjectMeta: metav1.ObjectMeta{Name: SnapshotClaimName(snap.Name), Namespace: snap.Namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: SnapshotClaimName(snap.Name), Namespace: Namespace(vc), Labels: labels},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          ptr.To[int32](1),
 			ActiveDeadlineSeconds: ptr.To[int64](600),
@@ -170,6 +230,9 @@ type Restore struct {
 	Snapshot    *v1alpha1.VirtualClusterSnapshot
 	SHA256      string
 	ServiceCIDR string // the Service range of the tenant the snapshot was taken of
+	// Credentials names the Secret, in the tenant's control-plane namespace, with the
+	// bucket's keys of a snapshot in S3.
+	Credentials string
 }
 
 // WithRestore has a new tenant's etcd members start from a snapshot: an init container
@@ -193,7 +256,7 @@ func WithRestore(sts *appsv1.StatefulSet, vc *v1alpha1.VirtualCluster, r Restore
 	env := etcd.Env
 	if s3 := r.Snapshot.Spec.S3; s3 != nil {
 		args = append(args, s3Args(s3, SnapshotS3Key(r.Snapshot))...)
-		env = append(slices.Clone(env), s3Env(s3, true)...)
+		env = append(slices.Clone(env), s3Env(r.Credentials, true)...)
 	} else {
 		args = append(args, "--snapshot="+SnapshotDir+"/"+SnapshotFile)
 		mounts = append(mounts, corev1.VolumeMount{Name: "snapshot", MountPath: SnapshotDir, ReadOnly: true})

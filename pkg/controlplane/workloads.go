@@ -124,7 +124,7 @@ func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) 
 	if pvc := spec.Storage.PersistentVolumeClaim; pvc != nil {
 		claims = []corev1.PersistentVolumeClaim{{
 			TypeMeta:   typeMeta("v1", "PersistentVolumeClaim"),
-			ObjectMeta: metav1.ObjectMeta{Name: "data", Labels: names.Labels(naming.ComponentEtcd)},
+			ObjectMeta: metav1.ObjectMeta{Name: "data", Labels: memberLabels(vc, naming.ComponentEtcd)},
 			Spec: corev1.PersistentVolumeClaimSpec{
 				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				StorageClassName: pvc.StorageClassName,
@@ -162,7 +162,7 @@ func EtcdStatefulSet(vc *v1alpha1.VirtualCluster, s Settings, certsHash string) 
 				WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
 				WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
 			},
-			Template: podTemplate(s, labels, certsHash, corev1.PodSpec{
+			Template: podTemplate(s, labels, memberLabels(vc, naming.ComponentEtcd), certsHash, corev1.PodSpec{
 				Containers: []corev1.Container{container},
 				Volumes:    volumes,
 			}),
@@ -288,7 +288,7 @@ func ControlPlaneDeployment(vc *v1alpha1.VirtualCluster, s Settings, certsHash s
 					MaxSurge:       ptr.To(intstr.FromInt32(1)),
 				},
 			},
-			Template: podTemplate(s, labels, certsHash, corev1.PodSpec{
+			Template: podTemplate(s, labels, memberLabels(vc, naming.ComponentControlPlane), certsHash, corev1.PodSpec{
 				Containers: []corev1.Container{api, ctrl, dnsContainer(s, []corev1.VolumeMount{certs})},
 				Volumes: []corev1.Volume{
 					secretVolume("certs", names.ControlPlaneCertsSecret()),
@@ -417,7 +417,19 @@ func args(layers ...map[string]string) []string {
 	return out
 }
 
-func podTemplate(s Settings, labels map[string]string, certsHash string, spec corev1.PodSpec) corev1.PodTemplateSpec {
+// memberLabels label the pods and volume claims of vc's component: its selector's labels and,
+// in the control-plane namespace, the VirtualCluster's namespace (byVirtualClusterLabel).
+func memberLabels(vc *v1alpha1.VirtualCluster, component string) map[string]string {
+	labels := naming.For(vc.Name).Labels(component)
+	if ns := Namespace(vc); ns != vc.Namespace {
+		labels[naming.LabelVirtualClusterNamespace] = vc.Namespace
+	}
+	return labels
+}
+
+// podTemplate is a control-plane pod template: labels select its pods (the spread among them
+// too), podLabels label them.
+func podTemplate(s Settings, labels, podLabels map[string]string, certsHash string, spec corev1.PodSpec) corev1.PodTemplateSpec {
 	spec.Affinity = awayFromLendableNodes(s)
 	// Members of one tenant on different machines where the nodes allow it: losing one node
 	// then costs a HA tenant one etcd member and one apiserver, not its quorum.
@@ -433,7 +445,7 @@ func podTemplate(s Settings, labels map[string]string, certsHash string, spec co
 	spec.SecurityContext = podSecurityContext()
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{
-			Labels:      labels,
+			Labels:      podLabels,
 			Annotations: map[string]string{naming.AnnotationConfigHash: certsHash},
 		},
 		Spec: spec,
@@ -617,7 +629,7 @@ func etcdMemberPod(vc *v1alpha1.VirtualCluster, i int32) string {
 // etcdMemberHost is the DNS name of the etcd member in pod: the pod's name under the peer
 // Service.
 func etcdMemberHost(vc *v1alpha1.VirtualCluster, pod string) string {
-	return fmt.Sprintf("%s.%s.%s.svc", pod, naming.For(vc.Name).EtcdPeerService(), vc.Namespace)
+	return fmt.Sprintf("%s.%s.%s.svc", pod, naming.For(vc.Name).EtcdPeerService(), Namespace(vc))
 }
 
 // etcdServers is the apiserver's --etcd-servers: the client Service, then each member by name.
@@ -626,7 +638,7 @@ func etcdMemberHost(vc *v1alpha1.VirtualCluster, pod string) string {
 // what a new tenant's apiserver waits for (the etcd client uses whichever answers).
 func etcdServers(vc *v1alpha1.VirtualCluster) string {
 	names := naming.For(vc.Name)
-	servers := []string{fmt.Sprintf("https://%s.%s.svc:%d", names.EtcdClientService(), vc.Namespace, EtcdClientPort)}
+	servers := []string{fmt.Sprintf("https://%s.%s.svc:%d", names.EtcdClientService(), Namespace(vc), EtcdClientPort)}
 	for i := range etcdMembers(vc) {
 		servers = append(servers, fmt.Sprintf("https://%s:%d", etcdMemberHost(vc, etcdMemberPod(vc, i)), EtcdClientPort))
 	}

@@ -1,7 +1,9 @@
 package controlplane_test
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -74,27 +76,41 @@ func TestEtcdStatefulSetMembers(t *testing.T) {
 	tests := []struct {
 		name        string
 		replicas    int32
+		legacy      bool
 		want        int32
 		wantCluster string
+		wantPeerURL string
 	}{
 		{
 			name: "default", replicas: 0, want: 1,
-			wantCluster: "tenant-etcd-0=https://tenant-etcd-0.tenant-etcd-peer.tenants.svc:2380",
+			wantCluster: "tenant-etcd-0=https://tenant-etcd-0.tenant-etcd-peer.kubenest-cp-tenants.svc:2380",
 		},
 		{
 			name: "one", replicas: 1, want: 1,
-			wantCluster: "tenant-etcd-0=https://tenant-etcd-0.tenant-etcd-peer.tenants.svc:2380",
+			wantCluster: "tenant-etcd-0=https://tenant-etcd-0.tenant-etcd-peer.kubenest-cp-tenants.svc:2380",
 		},
 		{
 			name: "three", replicas: 3, want: 3,
+			wantCluster: "tenant-etcd-0=https://tenant-etcd-0.tenant-etcd-peer.kubenest-cp-tenants.svc:2380," +
+				"tenant-etcd-1=https://tenant-etcd-1.tenant-etcd-peer.kubenest-cp-tenants.svc:2380," +
+				"tenant-etcd-2=https://tenant-etcd-2.tenant-etcd-peer.kubenest-cp-tenants.svc:2380",
+		},
+		{
+			name: "three of an earlier release's tenant, in its own namespace", replicas: 3, legacy: true, want: 3,
 			wantCluster: "tenant-etcd-0=https://tenant-etcd-0.tenant-etcd-peer.tenants.svc:2380," +
 				"tenant-etcd-1=https://tenant-etcd-1.tenant-etcd-peer.tenants.svc:2380," +
 				"tenant-etcd-2=https://tenant-etcd-2.tenant-etcd-peer.tenants.svc:2380",
+			wantPeerURL: "https://$(POD_NAME).tenant-etcd-peer.tenants.svc:2380",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sts := etcdStatefulSet(func(vc *v1alpha1.VirtualCluster) { vc.Spec.Etcd.Replicas = tt.replicas })
+			sts := etcdStatefulSet(func(vc *v1alpha1.VirtualCluster) {
+				vc.Spec.Etcd.Replicas = tt.replicas
+				if tt.legacy {
+					legacy(vc)
+				}
+			})
 			if got := ptr.Deref(sts.Spec.Replicas, -1); got != tt.want {
 				t.Errorf("replicas = %d, want %d", got, tt.want)
 			}
@@ -109,8 +125,9 @@ func TestEtcdStatefulSetMembers(t *testing.T) {
 			}
 			// Each member advertises its own peer DNS name, which the peer certificate's
 			// wildcard covers.
-			if got := args["initial-advertise-peer-urls"]; got != "https://$(POD_NAME).tenant-etcd-peer.tenants.svc:2380" {
-				t.Errorf("initial-advertise-peer-urls = %q", got)
+			wantPeerURL := cmp.Or(tt.wantPeerURL, "https://$(POD_NAME).tenant-etcd-peer.kubenest-cp-tenants.svc:2380")
+			if got := args["initial-advertise-peer-urls"]; got != wantPeerURL {
+				t.Errorf("initial-advertise-peer-urls = %q, want %q", got, wantPeerURL)
 			}
 			if args["name"] != "$(POD_NAME)" || args["initial-cluster-state"] != "new" || args["initial-cluster-token"] != "5f0c3d2e-uid" {
 				t.Errorf("name %q, state %q, token %q", args["name"], args["initial-cluster-state"], args["initial-cluster-token"])
@@ -331,7 +348,7 @@ func TestControlPlaneDeploymentContainers(t *testing.T) {
 		{
 			component: "apiserver", container: controlplane.ContainerAPIServer, command: "apiserver",
 			want: map[string]string{
-				"etcd-servers":             "https://tenant-etcd.tenants.svc:2379,https://tenant-etcd-0.tenant-etcd-peer.tenants.svc:2379",
+				"etcd-servers":             "https://tenant-etcd.kubenest-cp-tenants.svc:2379,https://tenant-etcd-0.tenant-etcd-peer.kubenest-cp-tenants.svc:2379",
 				"secure-port":              "6443",
 				"service-cluster-ip-range": "10.254.0.0/16",
 				"client-ca-file":           controlplane.PKIDir + "/client-ca.crt",
@@ -870,5 +887,52 @@ func TestEtcdUpdates(t *testing.T) {
 	}
 	if got := controlplane.EtcdPodsToReplace(pvc, pods); len(got) != 0 {
 		t.Errorf("with volume claims: replace %v, want none (the StatefulSet rolls them)", got)
+	}
+}
+
+// TestMemberLabels: the pods (and etcd's volume claims) of a control plane in the
+// control-plane namespace name the VirtualCluster's namespace, which the operator's watch
+// needs to find it; the selectors stay the tenant's labels alone, as an earlier release's
+// (a selector cannot change).
+func TestMemberLabels(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		vc     *v1alpha1.VirtualCluster
+		wantNS bool
+	}{
+		{"new", newVC(func(vc *v1alpha1.VirtualCluster) { vc.Spec.Etcd.Storage = pvcStorage("1Gi") }), true},
+		{"an earlier release's", newVC(legacy, func(vc *v1alpha1.VirtualCluster) { vc.Spec.Etcd.Storage = pvcStorage("1Gi") }), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sts := controlplane.EtcdStatefulSet(tt.vc, controlplane.DefaultSettings(), "")
+			deploy, err := controlplane.ControlPlaneDeployment(tt.vc, controlplane.DefaultSettings(), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range []struct {
+				what      string
+				component string
+				selector  map[string]string
+				labels    []map[string]string
+			}{
+				{"etcd", naming.ComponentEtcd, sts.Spec.Selector.MatchLabels, []map[string]string{
+					sts.Spec.Template.Labels, sts.Spec.VolumeClaimTemplates[0].Labels}},
+				{"control plane", naming.ComponentControlPlane, deploy.Spec.Selector.MatchLabels, []map[string]string{deploy.Spec.Template.Labels}},
+			} {
+				if want := naming.For(vcName).Labels(it.component); !maps.Equal(it.selector, want) {
+					t.Errorf("%s selector %v, want %v", it.what, it.selector, want)
+				}
+				for _, l := range it.labels {
+					for k, v := range it.selector {
+						if l[k] != v {
+							t.Errorf("%s labels %v do not match its selector %v", it.what, l, it.selector)
+						}
+					}
+					if got, ok := l[naming.LabelVirtualClusterNamespace]; ok != tt.wantNS || (ok && got != vcNS) {
+						t.Errorf("%s labels %v: %s = %q (set %v), want set %v", it.what, l, naming.LabelVirtualClusterNamespace, got, ok, tt.wantNS)
+					}
+				}
+			}
+		})
 	}
 }

@@ -19,8 +19,9 @@ const (
 	// LabelVirtualCluster is set on every host object made for a VirtualCluster; its value is
 	// the VirtualCluster's name.
 	LabelVirtualCluster = "kubenest.io/virtualcluster"
-	// LabelVirtualClusterNamespace is set, next to LabelVirtualCluster, on cluster-scoped host
-	// objects made for a VirtualCluster (its ServiceCIDR).
+	// LabelVirtualClusterNamespace is set, next to LabelVirtualCluster, on host objects made
+	// for a VirtualCluster outside its namespace: cluster-scoped ones (its ServiceCIDR), and
+	// those of its control-plane namespace (ControlPlaneNamespace), the namespace included.
 	LabelVirtualClusterNamespace = "kubenest.io/virtualcluster-namespace"
 	// LabelComponent tells the tenant's components apart: etcd, controlplane.
 	LabelComponent = "kubenest.io/component"
@@ -71,6 +72,17 @@ func Shorten(name string, max int) string {
 		prefix = prefix[:len(prefix)-1]
 	}
 	return prefix + "-" + suffix
+}
+
+// ControlPlaneNamespacePrefix starts the name of every control-plane namespace. The chart's
+// admission policy lets only the operator create namespaces so named.
+const ControlPlaneNamespacePrefix = "kubenest-cp-"
+
+// ControlPlaneNamespace names the host namespace holding the control planes of the
+// VirtualClusters of namespace ns (and their snapshots): kubenest-cp-<ns>, shortened with a
+// hash when longer than a namespace name may be.
+func ControlPlaneNamespace(ns string) string {
+	return Shorten(ControlPlaneNamespacePrefix+ns, MaxLength)
 }
 
 // Names are the names of the host objects of one VirtualCluster.

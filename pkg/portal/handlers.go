@@ -149,9 +149,11 @@ func (s *Server) loadStatus(w http.ResponseWriter, r *http.Request, req *request
 		st.Conditions = append(st.Conditions, condView{Type: c.Type, Status: string(c.Status), Reason: c.Reason,
 			Message: c.Message, Age: age(c.LastTransitionTime.Time, now), Class: condClass(c)})
 	}
-	pods, err := req.as.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: naming.LabelVirtualCluster + "=" + vc.Name})
+	// The control plane's pods are in KubeNest's own namespace, which tenants do not see into.
+	cp := controlplane.Namespace(vc)
+	pods, err := req.as.kube.CoreV1().Pods(cp).List(ctx, metav1.ListOptions{LabelSelector: naming.LabelVirtualCluster + "=" + vc.Name})
 	if err != nil {
-		st.Pods = "not visible to you"
+		st.Pods = "in namespace " + cp + ", not visible to you"
 	} else {
 		running := 0
 		for _, p := range pods.Items {
@@ -277,7 +279,7 @@ func (s *Server) mintPersonal(ctx context.Context, req *request, ns, name string
 		return nil, &refusal{http.StatusConflict, "Not ready yet",
 			fmt.Sprintf("%s has no endpoint or certificates yet. Try again once it is Ready.", name)}
 	}
-	caSecret, err := s.signer.kube.CoreV1().Secrets(ns).Get(ctx, naming.For(vc.Name).CASecret(), metav1.GetOptions{})
+	caSecret, err := s.signer.kube.CoreV1().Secrets(controlplane.Namespace(vc)).Get(ctx, naming.For(vc.Name).CASecret(), metav1.GetOptions{})
 	if err != nil {
 		req.log.Error(err, "Reading the tenant's CA Secret as the signer", "namespace", ns, "virtualCluster", name)
 		return nil, &refusal{http.StatusBadGateway, "Cannot sign", "The portal could not read the cluster's certificate authority."}

@@ -199,7 +199,7 @@ func TestPortal(t *testing.T) {
 			t.Errorf("admin kubeconfig: %v %q %v", err, data, resp.Header)
 		}
 		_, data = a.get200(t, "/ns/team-a/vc/alpha/kubeconfig?endpoint=in-cluster")
-		if inCluster, err := kubeconfig.Parse([]byte(data)); err != nil || inCluster.Server != "https://alpha-apiserver.team-a.svc:6443" {
+		if inCluster, err := kubeconfig.Parse([]byte(data)); err != nil || inCluster.Server != "https://alpha-apiserver.kubenest-cp-team-a.svc:6443" {
 			t.Errorf("in-cluster admin kubeconfig: %v %q", err, data)
 		}
 		resp, data = a.post(t, "/ns/team-a/vc/alpha/personal-kubeconfig", url.Values{"csrf": {a.csrf}})
@@ -571,11 +571,16 @@ func (w *world) createVC(t *testing.T, ctx context.Context, ns, name string) *v1
 	return vc
 }
 
-// readyVC makes a VirtualCluster look as the operator leaves a Ready one: a CA Secret, a
-// kubeconfig Secret, an endpoint and conditions.
+// readyVC makes a VirtualCluster look as the operator leaves a Ready one: a CA Secret in its
+// control-plane namespace, a kubeconfig Secret in its own, an endpoint and conditions.
 func (w *world) readyVC(t *testing.T, ctx context.Context, ns, name string) *v1alpha1.VirtualCluster {
 	t.Helper()
 	vc := w.createVC(t, ctx, ns, name)
+	vc.Status.ControlPlaneNamespace = controlplane.Namespace(vc)
+	cpNS := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: vc.Status.ControlPlaneNamespace}}
+	if err := w.env.Client.Create(ctx, cpNS); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	a, err := controlplane.NewAuthorities(name, time.Now())
 	if err != nil {
 		t.Fatal(err)

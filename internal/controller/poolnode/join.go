@@ -117,7 +117,7 @@ func (r *Reconciler) ensureJoinSecret(ctx context.Context, pn *v1alpha1.PoolNode
 // (controlplane.NodeEndpoint); the tenant's kube-proxy reaches it there too.
 func (r *Reconciler) nodeEndpoint(ctx context.Context, vc *v1alpha1.VirtualCluster) (string, error) {
 	svc := &corev1.Service{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: vc.Namespace, Name: naming.For(vc.Name).APIServerService()}, svc); err != nil {
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: controlplane.Namespace(vc), Name: naming.For(vc.Name).APIServerService()}, svc); err != nil {
 		return "", fmt.Errorf("reading the tenant's apiserver Service: %w", err)
 	}
 	return controlplane.NodeEndpoint(vc.Status.Endpoint, svc.Spec.ClusterIP)

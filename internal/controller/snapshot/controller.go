@@ -32,6 +32,7 @@ import (
 	"github.com/kubenest-io/kubenest/internal/controller/condition"
 	"github.com/kubenest-io/kubenest/internal/etcdsnapshot"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
 // Reasons of the Complete condition.
@@ -46,14 +47,17 @@ const (
 
 // Reconciler takes VirtualClusterSnapshots.
 type Reconciler struct {
-	Client   client.Client
-	Settings controlplane.Settings
-	Recorder events.EventRecorder
-	Clock    clock.PassiveClock
+	Client client.Client
+	// APIReader reads what the cache does not hold: the tenant's S3 credentials Secret.
+	APIReader client.Reader
+	Settings  controlplane.Settings
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
 }
 
-// +kubebuilder:rbac:groups=kubenest.io,resources=virtualclustersnapshots,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=kubenest.io,resources=virtualclustersnapshots,verbs=get;list;watch;create;delete;update;patch
 // +kubebuilder:rbac:groups=kubenest.io,resources=virtualclustersnapshots/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=kubenest.io,resources=virtualclustersnapshots/finalizers,verbs=update
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create
 
@@ -65,6 +69,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 	if err := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.VirtualClusterSnapshot{}).
 		Owns(&batchv1.Job{}).
+		Watches(&batchv1.Job{}, jobToSnapshot()).
 		Watches(&v1alpha1.VirtualCluster{}, r.virtualClusterToSnapshots()).
 		WithOptions(opts).
 		Named("virtualclustersnapshot").
@@ -85,7 +90,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !snap.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, nil // its claim and job go with it (owner references)
+		return reconcile.Result{}, r.remove(ctx, snap)
 	}
 	before := snap.DeepCopy()
 	err := r.take(ctx, snap, condition.Setter{List: &snap.Status.Conditions, Generation: snap.Generation, Now: r.Clock.Now()})
@@ -98,15 +103,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnapshot, conds condition.Setter) error {
-	job := &batchv1.Job{}
-	jobKey := types.NamespacedName{Namespace: snap.Namespace, Name: controlplane.SnapshotClaimName(snap.Name)}
 	if done(snap) {
-		// The job's pod is not needed any more once its result is in the status.
-		err := r.Client.Get(ctx, jobKey, job)
-		if err == nil && metav1.IsControlledBy(job, snap) {
-			return client.IgnoreNotFound(r.Client.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)))
+		// The job's pod and the copy of the bucket's keys are not needed any more once the
+		// result is in the status.
+		if err := r.deleteMadeFor(ctx, snap, &batchv1.Job{}, controlplane.SnapshotClaimName(snap.Name)); err != nil {
+			return err
 		}
-		return client.IgnoreNotFound(err)
+		return r.deleteMadeFor(ctx, snap, &corev1.Secret{}, controlplane.SnapshotCredentialsName(snap.Name))
 	}
 	vc := &v1alpha1.VirtualCluster{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: snap.Namespace, Name: snap.Spec.VirtualClusterName}, vc)
@@ -118,12 +121,15 @@ func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnap
 		return err
 	}
 
-	// The claim and the job are made once, as the first step; a claim or a job of that name
-	// the operator did not make for this snapshot is never used.
+	// The claim and the job are made once, as the first step, where the tenant's etcd client
+	// certificate is (its control-plane namespace); a claim or a job of that name the operator
+	// did not make for this snapshot is never used.
+	job := &batchv1.Job{}
+	jobKey := types.NamespacedName{Namespace: controlplane.Namespace(vc), Name: controlplane.SnapshotClaimName(snap.Name)}
 	claim := &corev1.PersistentVolumeClaim{}
 	if snap.Spec.S3 == nil {
 		err = r.Client.Get(ctx, jobKey, claim)
-		if err == nil && !metav1.IsControlledBy(claim, snap) {
+		if err == nil && !controlplane.MadeFor(claim, snap) {
 			r.fail(snap, conds, ReasonClaimTaken, fmt.Sprintf("volume claim %s exists and was not made by the operator for this snapshot", claim.Name))
 			return nil
 		}
@@ -132,7 +138,7 @@ func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnap
 		}
 	}
 	err = r.Client.Get(ctx, jobKey, job)
-	if err == nil && !metav1.IsControlledBy(job, snap) {
+	if err == nil && !controlplane.MadeFor(job, snap) {
 		// Its pod's word (the termination message) would become the snapshot's status.
 		r.fail(snap, conds, ReasonJobTaken, fmt.Sprintf("job %s exists and was not made by the operator for this snapshot", job.Name))
 		return nil
@@ -145,6 +151,30 @@ func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnap
 		if !meta.IsStatusConditionTrue(vc.Status.Conditions, v1alpha1.ConditionReady) {
 			r.pending(snap, conds, fmt.Sprintf("VirtualCluster %s is not Ready", vc.Name))
 			return nil
+		}
+		if jobKey.Namespace != snap.Namespace && !controllerutil.ContainsFinalizer(snap, v1alpha1.FinalizerSnapshot) {
+			// What is made in the control-plane namespace is removed by the operator, not
+			// by owner references: the finalizer first, in case it is deleted meanwhile.
+			patch := client.MergeFrom(snap.DeepCopy())
+			controllerutil.AddFinalizer(snap, v1alpha1.FinalizerSnapshot)
+			if err := r.Client.Patch(ctx, snap, patch); err != nil {
+				return fmt.Errorf("adding finalizer: %w", err)
+			}
+		}
+		if s3 := snap.Spec.S3; s3 != nil && jobKey.Namespace != snap.Namespace {
+			creds := &corev1.Secret{}
+			err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: snap.Namespace, Name: s3.CredentialsSecretName}, creds)
+			if apierrors.IsNotFound(err) {
+				r.pending(snap, conds, fmt.Sprintf("spec.s3.credentialsSecretName: there is no Secret %s in namespace %s", s3.CredentialsSecretName, snap.Namespace))
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("reading the S3 credentials Secret: %w", err)
+			}
+			copied := controlplane.S3Credentials(jobKey.Namespace, controlplane.SnapshotCredentialsName(snap.Name), controlplane.SnapshotLabels(vc, snap), creds)
+			if err := r.create(ctx, snap, copied); err != nil {
+				return err
+			}
 		}
 		if snap.Spec.S3 == nil && claim.Name == "" {
 			claim = controlplane.SnapshotClaim(vc, snap)
@@ -202,8 +232,10 @@ func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnap
 }
 
 func (r *Reconciler) create(ctx context.Context, snap *v1alpha1.VirtualClusterSnapshot, obj client.Object) error {
-	if err := controllerutil.SetControllerReference(snap, obj, r.Client.Scheme()); err != nil {
-		return err
+	if obj.GetNamespace() == snap.Namespace { // an earlier release's tenant; else labelled (MadeFor)
+		if err := controllerutil.SetControllerReference(snap, obj, r.Client.Scheme()); err != nil {
+			return err
+		}
 	}
 	if err := r.Client.Create(ctx, obj); client.IgnoreAlreadyExists(err) != nil {
 		return fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
@@ -278,6 +310,66 @@ func (r *Reconciler) jobPods(ctx context.Context, job *batchv1.Job) []corev1.Pod
 	}
 	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
 	return pods.Items
+}
+
+// remove deletes what was made for a deleted snapshot in the control-plane namespace (owner
+// references remove what an earlier release made next to it), then lets it go.
+func (r *Reconciler) remove(ctx context.Context, snap *v1alpha1.VirtualClusterSnapshot) error {
+	if !controllerutil.ContainsFinalizer(snap, v1alpha1.FinalizerSnapshot) {
+		return nil
+	}
+	for _, it := range []struct {
+		obj  client.Object
+		name string
+	}{
+		{&batchv1.Job{}, controlplane.SnapshotClaimName(snap.Name)},
+		{&corev1.PersistentVolumeClaim{}, controlplane.SnapshotClaimName(snap.Name)},
+		{&corev1.Secret{}, controlplane.SnapshotCredentialsName(snap.Name)},
+	} {
+		if err := r.deleteMadeFor(ctx, snap, it.obj, it.name); err != nil {
+			return err
+		}
+	}
+	patch := client.MergeFrom(snap.DeepCopy())
+	controllerutil.RemoveFinalizer(snap, v1alpha1.FinalizerSnapshot)
+	return client.IgnoreNotFound(r.Client.Patch(ctx, snap, patch))
+}
+
+// deleteMadeFor deletes the object called name that was made for snap, in the control-plane
+// namespace or in snap's own, if there is one.
+func (r *Reconciler) deleteMadeFor(ctx context.Context, snap *v1alpha1.VirtualClusterSnapshot, obj client.Object, name string) error {
+	for _, ns := range []string{naming.ControlPlaneNamespace(snap.Namespace), snap.Namespace} {
+		err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, obj)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading %T %s: %w", obj, name, err)
+		}
+		if !controlplane.MadeFor(obj, snap) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting %T %s: %w", obj, name, err)
+		}
+	}
+	return nil
+}
+
+// jobToSnapshot maps a snapshot's job in a control-plane namespace to the snapshot, which
+// cannot own it there.
+func jobToSnapshot() handler.EventHandler {
+	return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		tenants := obj.GetLabels()[naming.LabelVirtualClusterNamespace]
+		if obj.GetLabels()[controlplane.LabelSnapshotUID] == "" || tenants == "" || obj.GetNamespace() != naming.ControlPlaneNamespace(tenants) {
+			return nil
+		}
+		name, ok := strings.CutSuffix(obj.GetName(), controlplane.SnapshotClaimName(""))
+		if !ok {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: tenants, Name: name}}}
+	})
 }
 
 // virtualClusterToSnapshots wakes the pending snapshots of a tenant when it changes (it may

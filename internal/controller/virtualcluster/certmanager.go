@@ -36,7 +36,7 @@ func (r *Reconciler) issuedCA(ctx context.Context, vc *v1alpha1.VirtualCluster, 
 			IssuerPattern{Kind: ref.Kind, Group: ref.Group, Name: ref.Name}, r.AllowedIssuers))
 		return nil, nil
 	}
-	if reason, problem, err := r.checkIssuer(ctx, vc.Namespace, ref); err != nil || problem != "" {
+	if reason, problem, err := r.checkIssuer(ctx, controlplane.Namespace(vc), ref); err != nil || problem != "" {
 		if problem != "" {
 			conds.caNotIssued(reason, problem)
 		}
@@ -67,7 +67,7 @@ func (r *Reconciler) issuedCA(ctx context.Context, vc *v1alpha1.VirtualCluster, 
 		conds.caNotIssued(ReasonCAPending, msg)
 		return nil, nil
 	}
-	s, err := secret(ctx, r.APIReader, vc.Namespace, cert.Spec.SecretName)
+	s, err := secret(ctx, r.APIReader, controlplane.Namespace(vc), cert.Spec.SecretName)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (r *Reconciler) deleteCACertificate(ctx context.Context, vc *v1alpha1.Virtu
 		return nil
 	}
 	cert := &cmapi.Certificate{}
-	cert.Namespace, cert.Name = vc.Namespace, naming.For(vc.Name).CACertificate()
+	cert.Namespace, cert.Name = controlplane.Namespace(vc), naming.For(vc.Name).CACertificate()
 	err := r.Client.Delete(ctx, cert)
 	if err == nil || apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
 		return nil

@@ -117,18 +117,22 @@ func TestCertManagerIssuer(t *testing.T) {
 		}
 		roots := x509.NewCertPool()
 		roots.AppendCertsFromPEM(rootSecret.Data[corev1.TLSCertKey])
-		issued := secret(t, ctx, c, names.IssuedCASecret())
-		if issued.Labels[naming.LabelVirtualCluster] != vc.Name {
-			t.Errorf("cert-manager's Secret lacks the tenant's label: %v", issued.Labels)
+		// cert-manager's Secret is in the control-plane namespace, with the Certificate.
+		issued := secret(t, ctx, c, cpNS, names.IssuedCASecret())
+		if issued.Labels[naming.LabelVirtualCluster] != vc.Name || issued.Labels[naming.LabelVirtualClusterNamespace] != ns {
+			t.Errorf("cert-manager's Secret lacks the tenant's labels: %v", issued.Labels)
 		}
-		ca := secret(t, ctx, c, names.CASecret())
+		if err := c.Get(ctx, key(names.IssuedCASecret()), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			t.Errorf("cert-manager's Secret in the tenant's namespace: %v", err)
+		}
+		ca := secret(t, ctx, c, cpNS, names.CASecret())
 		if string(ca.Data[controlplane.KeyCACert]) != string(issued.Data[corev1.TLSCertKey]) {
 			t.Fatal("the tenant's CA is not the one cert-manager issued")
 		}
 
 		// The apiserver serves its certificate and the tenant CA: a client trusting only the
 		// platform's root verifies it.
-		chain := parseChain(t, secret(t, ctx, c, names.ControlPlaneCertsSecret()).Data[controlplane.LeafAPIServer.CertFile()])
+		chain := parseChain(t, secret(t, ctx, c, cpNS, names.ControlPlaneCertsSecret()).Data[controlplane.LeafAPIServer.CertFile()])
 		if len(chain) != 2 {
 			t.Fatalf("apiserver.crt holds %d certificates, want 2", len(chain))
 		}
@@ -138,7 +142,7 @@ func TestCertManagerIssuer(t *testing.T) {
 			t.Errorf("the apiserver's certificate does not chain to the ClusterIssuer's root: %v", err)
 		}
 		// The admin kubeconfig's client certificate is the tenant CA's too.
-		kc, err := kubeconfig.Parse(secret(t, ctx, c, names.KubeconfigSecret()).Data[controlplane.KeyKubeconfig])
+		kc, err := kubeconfig.Parse(secret(t, ctx, c, ns, names.KubeconfigSecret()).Data[controlplane.KeyKubeconfig])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,9 +155,10 @@ func TestCertManagerIssuer(t *testing.T) {
 			t.Error("status.certificates is empty")
 		}
 
-		// The CA's key is in the tenant's namespace: what the tenant signs with it for a name
-		// that is not its own, a client that trusts the platform's root refuses.
-		if c := chain[1]; !c.PermittedDNSDomainsCritical || !slices.Contains(c.PermittedDNSDomains, names.APIServerService()+"."+ns+".svc") {
+		// Should the CA's key leak (an earlier release's tenant kept it in its own namespace),
+		// what is signed with it for a name that is not the tenant's, a client that trusts
+		// the platform's root refuses.
+		if c := chain[1]; !c.PermittedDNSDomainsCritical || !slices.Contains(c.PermittedDNSDomains, names.APIServerService()+"."+cpNS+".svc") {
 			t.Errorf("the issued CA's name constraints: critical %v, permitted %q", c.PermittedDNSDomainsCritical, c.PermittedDNSDomains)
 		}
 		tenantCA, err := pki.ParseKeyPair(ca.Data[controlplane.KeyCACert], ca.Data[controlplane.KeyCAKey])
@@ -189,7 +194,7 @@ func TestCertManagerIssuer(t *testing.T) {
 		if msg := certificatesMessage(got); !strings.Contains(msg, "spec.pki.issuerRef: ClusterIssuer/selfsigned is not an issuer the platform lets tenants use") {
 			t.Errorf("message %q does not name the field and the issuer", msg)
 		}
-		if err := c.Get(ctx, key(naming.For(other.Name).CACertificate()), &cmapi.Certificate{}); !apierrors.IsNotFound(err) {
+		if err := c.Get(ctx, cpKey(naming.For(other.Name).CACertificate()), &cmapi.Certificate{}); !apierrors.IsNotFound(err) {
 			t.Errorf("a Certificate was asked of the disallowed issuer: %v", err)
 		}
 		if err := c.Delete(ctx, other); err != nil {
@@ -215,14 +220,14 @@ func TestCertManagerIssuer(t *testing.T) {
 		}
 		err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			for _, obj := range []client.Object{&v1alpha1.VirtualCluster{}, &cmapi.Certificate{}, &corev1.Secret{}} {
-				name := names.CACertificate()
+				k := cpKey(names.CACertificate())
 				switch obj.(type) {
 				case *v1alpha1.VirtualCluster:
-					name = vc.Name
+					k = key(vc.Name)
 				case *corev1.Secret:
-					name = names.IssuedCASecret()
+					k = cpKey(names.IssuedCASecret())
 				}
-				if err := c.Get(ctx, key(name), obj); !apierrors.IsNotFound(err) {
+				if err := c.Get(ctx, k, obj); !apierrors.IsNotFound(err) {
 					return false, nil
 				}
 			}
@@ -231,6 +236,8 @@ func TestCertManagerIssuer(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the VirtualCluster, its Certificate or cert-manager's Secret remain: %v", err)
 		}
+		// Its namespace's last tenant went: so does the control-plane namespace.
+		assertNamespaceGoing(t, ctx, c, cpNS)
 	})
 }
 

@@ -123,7 +123,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods/ephemeralcontainers;pods/resize,verbs=update;patch
 // +kubebuilder:rbac:groups="",resources=pods/exec;pods/attach;pods/portforward,verbs=create;get
-// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch;create;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=get;list;watch
@@ -172,11 +172,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 	return b.
 		For(&v1alpha1.VirtualCluster{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Owns(&appsv1.StatefulSet{}).
-		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.Service{}, builder.WithPredicates(notClusterTreeChurn)).
-		// Secrets by label, not owner: cert-manager's Secret of the tenant's CA carries the
-		// tenant's labels but is owned by nobody.
+		// By label, not owner: in the control-plane namespace nothing is owned by the
+		// VirtualCluster (an owner in another namespace counts as absent), and cert-manager's
+		// Secret of the tenant's CA is owned by nobody.
+		Watches(&appsv1.StatefulSet{}, byVirtualClusterLabel()).
+		Watches(&appsv1.Deployment{}, byVirtualClusterLabel()).
+		Watches(&corev1.Service{}, byVirtualClusterLabel(), builder.WithPredicates(notClusterTreeChurn)).
 		Watches(&corev1.Secret{}, byVirtualClusterLabel(), builder.WithPredicates(notClusterTreeChurn)).
 		Watches(&corev1.Pod{}, byVirtualClusterLabel(), builder.WithPredicates(notClusterTreeChurn)).
 		Watches(&v1alpha1.PoolNode{}, r.poolNodeToVirtualClusters(), builder.WithPredicates(notOnlyHeartbeat)).
@@ -193,8 +194,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if apierrors.IsNotFound(err) {
 			r.applier.Forget(req.NamespacedName)
 			r.Starts.Done(req.NamespacedName)
+			return reconcile.Result{}, r.removeControlPlaneNamespace(ctx, req.Namespace, "")
 		}
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		return reconcile.Result{}, err
 	}
 	// First, whatever else this pass does or fails at: a node lent to a tenant that may run
 	// privileged pods is marked to be quarantined when it returns, before the tenant's
@@ -215,6 +217,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	before := vc.DeepCopy()
+	// Where its control plane lives is settled before anything else of the status: a first
+	// pass that writes conditions without it would make the next one take the VirtualCluster
+	// for an earlier release's (controlplane.Namespace).
+	vc.Status.ControlPlaneNamespace = controlplane.Namespace(vc)
 	conds := conditions{condition.Setter{List: &vc.Status.Conditions, Generation: vc.Generation, Now: r.Clock.Now()}}
 	result, err := r.reconcileNormal(ctx, vc, conds)
 	conds.ready()
@@ -248,6 +254,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 	}
 
 	if err := r.labelForPodSecurity(ctx, vc.Namespace); err != nil {
+		return reconcile.Result{}, err
+	}
+	if reason, problem, err := r.controlPlaneNamespace(ctx, vc); err != nil || problem != "" {
+		if problem != "" {
+			conds.Set(v1alpha1.ConditionAPIServerReady, false, reason, problem)
+			return reconcile.Result{RequeueAfter: deletionRetryInterval}, nil
+		}
 		return reconcile.Result{}, err
 	}
 	cidr, err := r.serviceCIDR(ctx, vc)
@@ -481,7 +494,7 @@ func (r *Reconciler) awaitStartSlot(ctx context.Context, vc *v1alpha1.VirtualClu
 		return false, nil
 	}
 	d := &appsv1.Deployment{}
-	err = r.Client.Get(ctx, types.NamespacedName{Namespace: vc.Namespace, Name: naming.For(vc.Name).ControlPlaneDeployment()}, d)
+	err = r.Client.Get(ctx, types.NamespacedName{Namespace: controlplane.Namespace(vc), Name: naming.For(vc.Name).ControlPlaneDeployment()}, d)
 	if err == nil && (d.Spec.Replicas == nil || *d.Spec.Replicas > 0) {
 		return false, nil
 	}
@@ -537,7 +550,7 @@ func (r *Reconciler) reconcileDisruptionBudgets(ctx context.Context, vc *v1alpha
 	}
 	for _, name := range unwanted {
 		pdb := &policyv1.PodDisruptionBudget{}
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: vc.Namespace, Name: name}, pdb)
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: controlplane.Namespace(vc), Name: name}, pdb)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -579,7 +592,7 @@ func (r *Reconciler) exposure(ctx context.Context, vc *v1alpha1.VirtualCluster, 
 // componentPods lists a tenant's pods of one component, from the operator's cache.
 func (r *Reconciler) componentPods(ctx context.Context, vc *v1alpha1.VirtualCluster, component string) ([]corev1.Pod, error) {
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(vc.Namespace), client.MatchingLabels(naming.For(vc.Name).Labels(component))); err != nil {
+	if err := r.Client.List(ctx, pods, client.InNamespace(controlplane.Namespace(vc)), client.MatchingLabels(naming.For(vc.Name).Labels(component))); err != nil {
 		return nil, fmt.Errorf("listing %s pods: %w", component, err)
 	}
 	return pods.Items, nil
@@ -659,13 +672,18 @@ func madeByClusterTree(obj client.Object) bool {
 }
 
 // byVirtualClusterLabel maps a tenant's host object (a component's pod, a Secret) to its
-// VirtualCluster, by its label.
+// VirtualCluster, by its labels: in a control-plane namespace, the VirtualCluster is in the
+// namespace it was made for.
 func byVirtualClusterLabel() handler.EventHandler {
 	return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		name := obj.GetLabels()[naming.LabelVirtualCluster]
 		if name == "" {
 			return nil
 		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+		ns := obj.GetNamespace()
+		if tenants := obj.GetLabels()[naming.LabelVirtualClusterNamespace]; tenants != "" && ns == naming.ControlPlaneNamespace(tenants) {
+			ns = tenants
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
 	})
 }

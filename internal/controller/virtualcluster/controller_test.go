@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -46,6 +47,10 @@ import (
 )
 
 const ns = "tenants"
+
+// cpNS is the control-plane namespace of the VirtualClusters of ns: where the operator puts
+// their control planes (etcd, apiserver, their certificates and keys).
+var cpNS = naming.ControlPlaneNamespace(ns)
 
 // operator runs the VirtualCluster reconciler against env until stop is called. Tenant
 // apiservers are dialled through tenants: in-cluster Service address to where the test runs it.
@@ -185,7 +190,7 @@ func TestLifecycle(t *testing.T) {
 		if !slices.Contains(got.Finalizers, naming.FinalizerVirtualCluster) {
 			t.Errorf("finalizers %v lack %s", got.Finalizers, naming.FinalizerVirtualCluster)
 		}
-		if want := "https://alpha-apiserver.tenants.svc:6443"; got.Status.Endpoint != want {
+		if want := "https://alpha-apiserver.kubenest-cp-tenants.svc:6443"; got.Status.Endpoint != want {
 			t.Errorf("endpoint %q, want %q", got.Status.Endpoint, want)
 		}
 		if ref := got.Status.KubeconfigSecretRef; ref == nil || ref.Name != "alpha-kubeconfig" || ref.Key != "value" {
@@ -193,20 +198,59 @@ func TestLifecycle(t *testing.T) {
 		}
 	})
 
+	t.Run("control plane in its own namespace, keys out of the tenant's", func(t *testing.T) {
+		got := &v1alpha1.VirtualCluster{}
+		if err := c.Get(ctx, key(vc.Name), got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.ControlPlaneNamespace != "kubenest-cp-tenants" || controlplane.Namespace(got) != cpNS {
+			t.Errorf("status.controlPlaneNamespace %q, want kubenest-cp-tenants", got.Status.ControlPlaneNamespace)
+		}
+		cp := &corev1.Namespace{}
+		if err := c.Get(ctx, client.ObjectKey{Name: cpNS}, cp); err != nil {
+			t.Fatalf("the control-plane namespace: %v", err)
+		}
+		for k, v := range map[string]string{"pod-security.kubernetes.io/enforce": "baseline",
+			naming.LabelManagedBy: naming.ManagedByValue, naming.LabelVirtualClusterNamespace: ns} {
+			if cp.Labels[k] != v {
+				t.Errorf("namespace %s: label %s = %q, want %q (labels %v)", cpNS, k, cp.Labels[k], v, cp.Labels)
+			}
+		}
+		// The tenant's namespace holds its admin kubeconfig and no other Secret of it: no key
+		// its users could read but the admin's, which is theirs.
+		secrets := &corev1.SecretList{}
+		if err := c.List(ctx, secrets, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range secrets.Items {
+			if s.Name != names.KubeconfigSecret() {
+				t.Errorf("Secret %s/%s (keys %v) in the tenant's namespace", s.Namespace, s.Name, slices.Sorted(maps.Keys(s.Data)))
+			}
+		}
+		for _, l := range []client.ObjectList{&corev1.ServiceList{}, &appsv1.StatefulSetList{}, &appsv1.DeploymentList{}, &corev1.PodList{}} {
+			if err := c.List(ctx, l, client.InNamespace(ns), client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}); err != nil {
+				t.Fatal(err)
+			}
+			if n := meta.LenList(l); n != 0 {
+				t.Errorf("%T: %d of the control plane in the tenant's namespace", l, n)
+			}
+		}
+	})
+
 	t.Run("a pod its kubelet does not start is annotated for a retry", func(t *testing.T) {
 		// An etcd pod bound 10 s ago whose kubelet made no sandbox (here there is no kubelet).
-		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}}
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: cpNS, Name: "default"}}
 		if err := c.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 		// Made from the StatefulSet's template, as its controller would: an ephemeral etcd pod
 		// with another config hash is one the operator replaces (deletes) instead.
 		sts := &appsv1.StatefulSet{}
-		if err := c.Get(ctx, key(names.EtcdStatefulSet()), sts); err != nil {
+		if err := c.Get(ctx, cpKey(names.EtcdStatefulSet()), sts); err != nil {
 			t.Fatal(err)
 		}
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: names.EtcdStatefulSet() + "-0", Labels: names.Labels(naming.ComponentEtcd),
+			ObjectMeta: metav1.ObjectMeta{Namespace: cpNS, Name: names.EtcdStatefulSet() + "-0", Labels: sts.Spec.Template.Labels,
 				Annotations: map[string]string{naming.AnnotationConfigHash: sts.Spec.Template.Annotations[naming.AnnotationConfigHash]}},
 			Spec: corev1.PodSpec{NodeName: "host-node-1", Containers: []corev1.Container{{Name: "etcd", Image: "etcd"}}},
 		}
@@ -241,6 +285,18 @@ func TestLifecycle(t *testing.T) {
 		if err := c.Get(ctx, key(vc.Name), got); err != nil {
 			t.Fatal(err)
 		}
+		// The admin kubeconfig, in the tenant's namespace, is the VirtualCluster's: the host's
+		// garbage collector removes it with it.
+		kc := &corev1.Secret{}
+		if err := c.Get(ctx, key(names.KubeconfigSecret()), kc); err != nil {
+			t.Errorf("Secret %s: %v", names.KubeconfigSecret(), err)
+		} else if owner := metav1.GetControllerOf(kc); owner == nil || owner.UID != got.UID || owner.Kind != "VirtualCluster" ||
+			kc.Labels[naming.LabelVirtualCluster] != vc.Name {
+			t.Errorf("Secret %s: controller owner %+v, labels %v; want the VirtualCluster's", kc.Name, owner, kc.Labels)
+		}
+		// The control plane, in the control-plane namespace, owned by nobody (an owner in
+		// another namespace counts as absent) and labelled with the VirtualCluster's name and
+		// namespace.
 		for _, o := range []client.Object{
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: names.APIServerService()}},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: names.EtcdClientService()}},
@@ -248,21 +304,19 @@ func TestLifecycle(t *testing.T) {
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.CASecret()}},
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.EtcdCertsSecret()}},
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.ControlPlaneCertsSecret()}},
-			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.KubeconfigSecret()}},
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.KubeletSignerSecret()}},
 			&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: names.EtcdStatefulSet()}},
 			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: names.ControlPlaneDeployment()}},
 		} {
-			if err := c.Get(ctx, key(o.GetName()), o); err != nil {
-				t.Errorf("%T %s: %v", o, o.GetName(), err)
+			if err := c.Get(ctx, cpKey(o.GetName()), o); err != nil {
+				t.Errorf("%T %s/%s: %v", o, cpNS, o.GetName(), err)
 				continue
 			}
-			owner := metav1.GetControllerOf(o)
-			if owner == nil || owner.UID != got.UID || owner.Kind != "VirtualCluster" {
-				t.Errorf("%T %s: controller owner %+v, want the VirtualCluster", o, o.GetName(), owner)
+			if refs := o.GetOwnerReferences(); len(refs) != 0 {
+				t.Errorf("%T %s: owner references %+v, want none", o, o.GetName(), refs)
 			}
-			if o.GetLabels()[naming.LabelVirtualCluster] != vc.Name {
-				t.Errorf("%T %s: labels %v", o, o.GetName(), o.GetLabels())
+			if l := o.GetLabels(); l[naming.LabelVirtualCluster] != vc.Name || l[naming.LabelVirtualClusterNamespace] != ns {
+				t.Errorf("%T %s: labels %v", o, o.GetName(), l)
 			}
 		}
 		// The tenant's Service range is its own: claimed by an IPAddress named after its first
@@ -329,10 +383,10 @@ func TestLifecycle(t *testing.T) {
 	})
 
 	t.Run("secrets", func(t *testing.T) {
-		ca := secret(t, ctx, c, names.CASecret())
-		cp := secret(t, ctx, c, names.ControlPlaneCertsSecret())
-		etcd := secret(t, ctx, c, names.EtcdCertsSecret())
-		kc := secret(t, ctx, c, names.KubeconfigSecret())
+		ca := secret(t, ctx, c, cpNS, names.CASecret())
+		cp := secret(t, ctx, c, cpNS, names.ControlPlaneCertsSecret())
+		etcd := secret(t, ctx, c, cpNS, names.EtcdCertsSecret())
+		kc := secret(t, ctx, c, ns, names.KubeconfigSecret())
 		for _, k := range []string{"ca.key", "front-proxy-ca.key", "etcd-ca.key", "sa.key"} {
 			if len(ca.Data[k]) == 0 {
 				t.Errorf("CA Secret lacks %s", k)
@@ -358,13 +412,18 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("apiserver certificate not signed by the tenant CA: %v", err)
 		}
 		svc := &corev1.Service{}
-		if err := c.Get(ctx, key(names.APIServerService()), svc); err != nil {
+		if err := c.Get(ctx, cpKey(names.APIServerService()), svc); err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{"alpha-apiserver.tenants.svc", "kubernetes.default.svc", "alpha.example.com", svc.Spec.ClusterIP} {
+		for _, name := range []string{"alpha-apiserver.kubenest-cp-tenants.svc", "kubernetes.default.svc", "alpha.example.com", svc.Spec.ClusterIP} {
 			if err := apiCert.VerifyHostname(name); err != nil {
 				t.Errorf("apiserver certificate: %v", err)
 			}
+		}
+		// A Service of that name in the tenant's namespace, which its users may make, is not
+		// the apiserver.
+		if err := apiCert.VerifyHostname("alpha-apiserver.tenants.svc"); err == nil {
+			t.Error("the apiserver certificate is valid for alpha-apiserver.tenants.svc")
 		}
 		if validity := apiCert.NotAfter.Sub(apiCert.NotBefore); validity < 364*24*time.Hour || validity > 366*24*time.Hour {
 			t.Errorf("apiserver certificate valid for %s, want a year", validity)
@@ -379,7 +438,7 @@ func TestLifecycle(t *testing.T) {
 			if err != nil {
 				t.Fatalf("kubeconfig %s: %v", key, err)
 			}
-			if cfg.Server != "https://alpha-apiserver.tenants.svc:6443" {
+			if cfg.Server != "https://alpha-apiserver.kubenest-cp-tenants.svc:6443" {
 				t.Errorf("kubeconfig %s server %s", key, cfg.Server)
 			}
 			cert, err := pki.ParseCert(cfg.ClientCertPEM)
@@ -393,12 +452,13 @@ func TestLifecycle(t *testing.T) {
 	})
 
 	t.Run("operator restart reuses everything", func(t *testing.T) {
-		before := map[string]string{}
-		for _, n := range []string{names.CASecret(), names.ControlPlaneCertsSecret(), names.EtcdCertsSecret(), names.KubeconfigSecret()} {
-			before[n] = secret(t, ctx, c, n).ResourceVersion
+		before := map[types.NamespacedName]string{}
+		for _, k := range []types.NamespacedName{cpKey(names.CASecret()), cpKey(names.ControlPlaneCertsSecret()),
+			cpKey(names.EtcdCertsSecret()), key(names.KubeconfigSecret())} {
+			before[k] = secret(t, ctx, c, k.Namespace, k.Name).ResourceVersion
 		}
 		deploy := &appsv1.Deployment{}
-		if err := c.Get(ctx, key(names.ControlPlaneDeployment()), deploy); err != nil {
+		if err := c.Get(ctx, cpKey(names.ControlPlaneDeployment()), deploy); err != nil {
 			t.Fatal(err)
 		}
 		op.stop()
@@ -410,13 +470,13 @@ func TestLifecycle(t *testing.T) {
 		waitFor(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) bool {
 			return v.Status.ObservedGeneration == v.Generation
 		})
-		for n, rv := range before {
-			if got := secret(t, ctx, c, n).ResourceVersion; got != rv {
-				t.Errorf("Secret %s changed (resourceVersion %s -> %s); certificates must be reused", n, rv, got)
+		for k, rv := range before {
+			if got := secret(t, ctx, c, k.Namespace, k.Name).ResourceVersion; got != rv {
+				t.Errorf("Secret %s changed (resourceVersion %s -> %s); certificates must be reused", k, rv, got)
 			}
 		}
 		after := &appsv1.Deployment{}
-		if err := c.Get(ctx, key(names.ControlPlaneDeployment()), after); err != nil {
+		if err := c.Get(ctx, cpKey(names.ControlPlaneDeployment()), after); err != nil {
 			t.Fatal(err)
 		}
 		if a, b := deploy.Spec.Template.Annotations[naming.AnnotationConfigHash], after.Spec.Template.Annotations[naming.AnnotationConfigHash]; a != b {
@@ -433,10 +493,10 @@ func TestLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		tenant := testtenant.Run(t, testtenant.Binaries(t), got, controlplane.DefaultSettings(),
-			secret(t, ctx, c, names.EtcdCertsSecret()), secret(t, ctx, c, names.ControlPlaneCertsSecret()),
-			secret(t, ctx, c, names.KubeletSignerSecret()))
-		routes.set(fmt.Sprintf("%s.%s.svc:6443", names.APIServerService(), ns), tenant.APIServerAddress)
-		kc := secret(t, ctx, c, names.KubeconfigSecret())
+			secret(t, ctx, c, cpNS, names.EtcdCertsSecret()), secret(t, ctx, c, cpNS, names.ControlPlaneCertsSecret()),
+			secret(t, ctx, c, cpNS, names.KubeletSignerSecret()))
+		routes.set(fmt.Sprintf("%s.%s.svc:6443", names.APIServerService(), cpNS), tenant.APIServerAddress)
+		kc := secret(t, ctx, c, ns, names.KubeconfigSecret())
 		cfg, err := clientcmd.RESTConfigFromKubeConfig(kc.Data[controlplane.KeyKubeconfig])
 		if err != nil {
 			t.Fatal(err)
@@ -495,15 +555,20 @@ func TestLifecycle(t *testing.T) {
 			t.Fatalf("VirtualCluster not gone: %v", err)
 		}
 		sel := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
-		for _, l := range []client.ObjectList{&corev1.SecretList{}, &corev1.ServiceList{}, &appsv1.StatefulSetList{},
-			&appsv1.DeploymentList{}, &corev1.PodList{}, &corev1.PersistentVolumeClaimList{}} {
-			if err := c.List(ctx, l, client.InNamespace(ns), sel); err != nil {
-				t.Fatal(err)
-			}
-			if n := meta.LenList(l); n != 0 {
-				t.Errorf("%T: %d left after the VirtualCluster was deleted", l, n)
+		for _, namespace := range []string{ns, cpNS} {
+			for _, l := range []client.ObjectList{&corev1.SecretList{}, &corev1.ServiceList{}, &appsv1.StatefulSetList{},
+				&appsv1.DeploymentList{}, &corev1.PodList{}, &corev1.PersistentVolumeClaimList{}} {
+				if err := c.List(ctx, l, client.InNamespace(namespace), sel); err != nil {
+					t.Fatal(err)
+				}
+				if n := meta.LenList(l); n != 0 {
+					t.Errorf("%T: %d left in %s after the VirtualCluster was deleted", l, n, namespace)
+				}
 			}
 		}
+		// It was the namespace's last tenant: its control-plane namespace goes (here, where no
+		// namespace controller runs, it stays terminating).
+		assertNamespaceGoing(t, ctx, c, cpNS)
 		// Its series go with it.
 		if _, ok := metricValue(t, metrics.Registry, "kubenest_certificate_expiry_timestamp_seconds",
 			map[string]string{"namespace": ns, "virtualcluster": vc.Name, "certificate": "ca"}); ok {
@@ -575,7 +640,7 @@ func TestNodePortEndpoint(t *testing.T) {
 	if want := "https://10.9.8.7:31443"; got.Status.Endpoint != want {
 		t.Errorf("endpoint %q, want %q", got.Status.Endpoint, want)
 	}
-	apiCert, err := pki.ParseCert(secret(t, ctx, c, naming.For(vc.Name).ControlPlaneCertsSecret()).Data["apiserver.crt"])
+	apiCert, err := pki.ParseCert(secret(t, ctx, c, cpNS, naming.For(vc.Name).ControlPlaneCertsSecret()).Data["apiserver.crt"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -611,7 +676,7 @@ func TestStartQueueTurn(t *testing.T) {
 	waitFor(t, ctx, c, "second", func(v *v1alpha1.VirtualCluster) bool {
 		return reason(v, v1alpha1.ConditionAPIServerReady) == virtualcluster.ReasonQueued
 	})
-	if err := c.Get(ctx, key(naming.For("second").EtcdStatefulSet()), &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+	if err := c.Get(ctx, cpKey(naming.For("second").EtcdStatefulSet()), &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the waiting tenant's etcd StatefulSet: %v; want none yet", err)
 	}
 
@@ -621,15 +686,39 @@ func TestStartQueueTurn(t *testing.T) {
 	}
 	freed := time.Now()
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		return c.Get(ctx, key(naming.For("second").EtcdStatefulSet()), &appsv1.StatefulSet{}) == nil, nil
+		return c.Get(ctx, cpKey(naming.For("second").EtcdStatefulSet()), &appsv1.StatefulSet{}) == nil, nil
 	})
 	if err != nil {
 		t.Fatalf("the waiting tenant did not start within 10 s of the slot freeing: %v", err)
 	}
 	t.Logf("the waiting tenant's etcd StatefulSet %v after the slot freed", time.Since(freed).Round(time.Millisecond))
+	// The first was not the namespace's last tenant: the control-plane namespace stays.
+	cp := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: cpNS}, cp); err != nil || !cp.DeletionTimestamp.IsZero() {
+		t.Errorf("namespace %s: %v, deletionTimestamp %v; want it kept for the tenant left", cpNS, err, cp.DeletionTimestamp)
+	}
 }
 
+// key names an object in the tenants' namespace: a VirtualCluster, its admin kubeconfig.
 func key(name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
+
+// cpKey names an object in the tenants' control-plane namespace.
+func cpKey(name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: cpNS, Name: name}
+}
+
+// assertNamespaceGoing checks that namespace name is gone or being deleted.
+func assertNamespaceGoing(t *testing.T, ctx context.Context, c client.Client, name string) {
+	t.Helper()
+	got := &corev1.Namespace{}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Name: name}, got)
+		return apierrors.IsNotFound(err) || (err == nil && !got.DeletionTimestamp.IsZero()), nil
+	})
+	if err != nil {
+		t.Errorf("namespace %s is not being deleted: %v; deletionTimestamp %v", name, err, got.DeletionTimestamp)
+	}
+}
 
 func isTrue(v *v1alpha1.VirtualCluster, typ string) bool {
 	return meta.IsStatusConditionTrue(v.Status.Conditions, typ)
@@ -670,19 +759,22 @@ func patchVC(t *testing.T, ctx context.Context, c client.Client, name string, mu
 	}
 }
 
-func secret(t *testing.T, ctx context.Context, c client.Client, name string) *corev1.Secret {
+// secret reads Secret name of namespace: cpNS for the control plane's, ns for the admin
+// kubeconfig.
+func secret(t *testing.T, ctx context.Context, c client.Client, namespace, name string) *corev1.Secret {
 	t.Helper()
 	s := &corev1.Secret{}
-	if err := c.Get(ctx, key(name), s); err != nil {
-		t.Fatalf("Secret %s: %v", name, err)
+	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, s); err != nil {
+		t.Fatalf("Secret %s/%s: %v", namespace, name, err)
 	}
 	return s
 }
 
+// markStatefulSetReady marks the StatefulSet name of the control-plane namespace Ready.
 func markStatefulSetReady(t *testing.T, ctx context.Context, c client.Client, name string) {
 	t.Helper()
 	s := &appsv1.StatefulSet{}
-	if err := c.Get(ctx, key(name), s); err != nil {
+	if err := c.Get(ctx, cpKey(name), s); err != nil {
 		t.Fatal(err)
 	}
 	n := *s.Spec.Replicas
@@ -693,10 +785,12 @@ func markStatefulSetReady(t *testing.T, ctx context.Context, c client.Client, na
 	}
 }
 
+// markDeploymentReady marks the Deployment name of the control-plane namespace Ready, and
+// makes it a Ready pod.
 func markDeploymentReady(t *testing.T, ctx context.Context, c client.Client, name string) {
 	t.Helper()
 	d := &appsv1.Deployment{}
-	if err := c.Get(ctx, key(name), d); err != nil {
+	if err := c.Get(ctx, cpKey(name), d); err != nil {
 		t.Fatal(err)
 	}
 	n := *d.Spec.Replicas

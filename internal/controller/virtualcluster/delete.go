@@ -3,6 +3,7 @@ package virtualcluster
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/controller/condition"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
@@ -72,29 +74,34 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 	}
 	selector := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
 	remaining := 0
-	for _, k := range tenantKinds {
-		if err := r.APIReader.List(ctx, k.list, client.InNamespace(vc.Namespace), selector); err != nil {
-			return reconcile.Result{}, fmt.Errorf("listing %ss: %w", k.kind, err)
-		}
-		n := meta.LenList(k.list)
-		if n == 0 {
-			continue
-		}
-		remaining += n
-		opts := []client.DeleteAllOfOption{client.InNamespace(vc.Namespace), selector,
-			client.PropagationPolicy(metav1.DeletePropagationBackground)}
-		if k.kind == "Pod" {
-			// The tenant's data goes with it: its components need no graceful shutdown, and
-			// an apiserver whose etcd is already gone would wait out the whole grace period.
-			opts = append(opts, client.GracePeriodSeconds(0))
-		}
-		if err := r.Client.DeleteAllOf(ctx, k.obj, opts...); err != nil {
-			return reconcile.Result{}, fmt.Errorf("deleting %ss: %w", k.kind, err)
+	for _, ns := range slices.Compact([]string{controlplane.Namespace(vc), vc.Namespace}) {
+		for _, k := range tenantKinds {
+			if err := r.APIReader.List(ctx, k.list, client.InNamespace(ns), selector); err != nil {
+				return reconcile.Result{}, fmt.Errorf("listing %ss: %w", k.kind, err)
+			}
+			n := meta.LenList(k.list)
+			if n == 0 {
+				continue
+			}
+			remaining += n
+			opts := []client.DeleteAllOfOption{client.InNamespace(ns), selector,
+				client.PropagationPolicy(metav1.DeletePropagationBackground)}
+			if k.kind == "Pod" {
+				// The tenant's data goes with it: its components need no graceful shutdown, and
+				// an apiserver whose etcd is already gone would wait out the whole grace period.
+				opts = append(opts, client.GracePeriodSeconds(0))
+			}
+			if err := r.Client.DeleteAllOf(ctx, k.obj, opts...); err != nil {
+				return reconcile.Result{}, fmt.Errorf("deleting %ss: %w", k.kind, err)
+			}
 		}
 	}
 	if remaining > 0 {
 		log.V(1).Info("waiting for the tenant's host objects to go", "remaining", remaining)
 		return r.deleting(ctx, vc, fmt.Sprintf("deleting the tenant: %d host objects remain", remaining))
+	}
+	if err := r.removeControlPlaneNamespace(ctx, vc.Namespace, vc.UID); err != nil {
+		return reconcile.Result{}, err
 	}
 	patch := client.MergeFrom(vc.DeepCopy())
 	controllerutil.RemoveFinalizer(vc, naming.FinalizerVirtualCluster)

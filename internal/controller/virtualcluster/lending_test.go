@@ -187,7 +187,7 @@ func TestNodeLending(t *testing.T) {
 			server = cl.Server
 		}
 		svc := &corev1.Service{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: naming.For(vc.Name).APIServerService()}, svc); err != nil {
+		if err := c.Get(ctx, cpKey(naming.For(vc.Name).APIServerService()), svc); err != nil {
 			t.Fatal(err)
 		}
 		if want := fmt.Sprintf("https://10.9.9.9:%d", svc.Spec.Ports[0].NodePort); server != want {
@@ -389,9 +389,9 @@ func runTenant(t *testing.T, ctx context.Context, c client.Client, vc *v1alpha1.
 		t.Fatal(err)
 	}
 	tn := testtenant.Run(t, testtenant.Binaries(t), got, controlplane.DefaultSettings(),
-		secret(t, ctx, c, names.EtcdCertsSecret()), secret(t, ctx, c, names.ControlPlaneCertsSecret()),
-		secret(t, ctx, c, names.KubeletSignerSecret()))
-	routes.set(fmt.Sprintf("%s.%s.svc:6443", names.APIServerService(), ns), tn.APIServerAddress)
+		secret(t, ctx, c, cpNS, names.EtcdCertsSecret()), secret(t, ctx, c, cpNS, names.ControlPlaneCertsSecret()),
+		secret(t, ctx, c, cpNS, names.KubeletSignerSecret()))
+	routes.set(fmt.Sprintf("%s.%s.svc:6443", names.APIServerService(), cpNS), tn.APIServerAddress)
 	cs := tenantClientFor(t, ctx, c, got, routes)
 	markStatefulSetReady(t, ctx, c, names.EtcdStatefulSet())
 	markDeploymentReady(t, ctx, c, names.ControlPlaneDeployment())
@@ -401,7 +401,7 @@ func runTenant(t *testing.T, ctx context.Context, c client.Client, vc *v1alpha1.
 
 func tenantClientFor(t *testing.T, ctx context.Context, c client.Client, vc *v1alpha1.VirtualCluster, routes *tenantRoutes) kubernetes.Interface {
 	t.Helper()
-	kc := secret(t, ctx, c, naming.For(vc.Name).KubeconfigSecret())
+	kc := secret(t, ctx, c, vc.Namespace, naming.For(vc.Name).KubeconfigSecret())
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc.Data[controlplane.KeyInClusterKubeconfig])
 	if err != nil {
 		t.Fatal(err)

@@ -179,7 +179,7 @@ func (r *Reconciler) authorities(ctx context.Context, vc *v1alpha1.VirtualCluste
 	}
 	name := naming.For(vc.Name).CASecret()
 	s := &corev1.Secret{}
-	err = r.APIReader.Get(ctx, types.NamespacedName{Namespace: vc.Namespace, Name: name}, s)
+	err = r.APIReader.Get(ctx, types.NamespacedName{Namespace: controlplane.Namespace(vc), Name: name}, s)
 	if apierrors.IsNotFound(err) {
 		return r.createAuthorities(ctx, vc, issued, conds)
 	}
@@ -273,7 +273,11 @@ func (r *Reconciler) existingLeaves(ctx context.Context, vc *v1alpha1.VirtualClu
 	existing := map[controlplane.Leaf]controlplane.PEMPair{}
 	var version string
 	for _, name := range []string{names.EtcdCertsSecret(), names.ControlPlaneCertsSecret(), names.KubeconfigSecret()} {
-		s, err := secret(ctx, reader, vc.Namespace, name)
+		ns := controlplane.Namespace(vc)
+		if name == names.KubeconfigSecret() {
+			ns = vc.Namespace
+		}
+		s, err := secret(ctx, reader, ns, name)
 		if err != nil {
 			return nil, "", err
 		}

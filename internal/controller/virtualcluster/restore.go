@@ -8,7 +8,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
+	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
 // ReasonRestoreWaiting: spec.restore names a snapshot that cannot be restored (yet).
@@ -32,29 +32,37 @@ func (r *Reconciler) restore(ctx context.Context, vc *v1alpha1.VirtualCluster, e
 	if vc.Spec.Restore == nil {
 		return "", nil
 	}
-	name := vc.Spec.Restore.SnapshotName
-	snap, problem, err := r.restorable(ctx, vc.Namespace, name)
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(etcd), &appsv1.StatefulSet{})
+	if client.IgnoreNotFound(err) != nil {
+		return "", err
+	}
+	restored := err == nil
+	snap, problem, err := r.restorable(ctx, vc, vc.Spec.Restore.SnapshotName)
 	if err != nil {
 		return "", err
 	}
-	if problem == "" {
-		controlplane.WithRestore(etcd, vc, controlplane.Restore{
-			Snapshot: snap, SHA256: snap.Status.SHA256, ServiceCIDR: snap.Status.ServiceCIDR,
-		}, s)
+	restore := controlplane.Restore{Snapshot: snap}
+	if problem == "" && snap.Spec.S3 != nil {
+		if restore.Credentials, problem, err = r.restoreCredentials(ctx, vc, snap, restored); err != nil {
+			return "", err
+		}
+	}
+	switch {
+	case problem == "":
+		restore.SHA256, restore.ServiceCIDR = snap.Status.SHA256, snap.Status.ServiceCIDR
+		controlplane.WithRestore(etcd, vc, restore, s)
 		return "", nil
+	case restored:
+		return "", nil
+	default:
+		return "spec.restore.snapshotName: " + problem, nil
 	}
-	err = r.Client.Get(ctx, client.ObjectKeyFromObject(etcd), &appsv1.StatefulSet{})
-	if err == nil {
-		return "", nil // restored already
-	}
-	if !apierrors.IsNotFound(err) {
-		return "", err
-	}
-	return "spec.restore.snapshotName: " + problem, nil
 }
 
-// restorable reads the named snapshot and says why it cannot be restored, or "".
-func (r *Reconciler) restorable(ctx context.Context, ns, name string) (*v1alpha1.VirtualClusterSnapshot, string, error) {
+// restorable reads the named snapshot of vc's namespace and says why vc cannot be made from it,
+// or "".
+func (r *Reconciler) restorable(ctx context.Context, vc *v1alpha1.VirtualCluster, name string) (*v1alpha1.VirtualClusterSnapshot, string, error) {
+	ns := vc.Namespace
 	snap := &v1alpha1.VirtualClusterSnapshot{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, snap)
 	if apierrors.IsNotFound(err) {
@@ -72,18 +80,49 @@ func (r *Reconciler) restorable(ctx context.Context, ns, name string) (*v1alpha1
 	if snap.Spec.S3 != nil {
 		return snap, "", nil // the restore checks the object's digest
 	}
+	// The etcd members mount the claim, so it must be in their namespace.
 	claim := &corev1.PersistentVolumeClaim{}
-	err = r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: controlplane.SnapshotClaimName(name)}, claim)
+	home := controlplane.Namespace(vc)
+	err = r.Client.Get(ctx, types.NamespacedName{Namespace: home, Name: controlplane.SnapshotClaimName(name)}, claim)
 	if apierrors.IsNotFound(err) {
-		return nil, fmt.Sprintf("the volume claim of VirtualClusterSnapshot %s is gone", name), nil
+		return nil, fmt.Sprintf("the volume claim of VirtualClusterSnapshot %s is not in namespace %s (gone, or taken by an earlier release in namespace %s)", name, home, ns), nil
 	}
 	if err != nil {
 		return nil, "", err
 	}
-	if owner := metav1.GetControllerOf(claim); owner == nil || owner.UID != snap.UID {
+	if !controlplane.MadeFor(claim, snap) {
 		return nil, fmt.Sprintf("volume claim %s was not made by the operator for VirtualClusterSnapshot %s", claim.Name, name), nil
 	}
 	return snap, "", nil
+}
+
+// restoreCredentials copies the keys of the S3 credentials Secret of snap (the tenant's, in
+// vc's namespace) to where vc's etcd members read them, and returns the copy's name. A tenant
+// of an earlier release, whose members run in its own namespace, reads the tenant's Secret.
+// Once restored, the copy is left as it is: the members do not read it again.
+func (r *Reconciler) restoreCredentials(ctx context.Context, vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSnapshot, restored bool) (string, string, error) {
+	home := controlplane.Namespace(vc)
+	if home == vc.Namespace {
+		return snap.Spec.S3.CredentialsSecretName, "", nil
+	}
+	if restored {
+		return controlplane.RestoreCredentialsName(vc.Name), "", nil
+	}
+	from := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: vc.Namespace, Name: snap.Spec.S3.CredentialsSecretName}, from)
+	if apierrors.IsNotFound(err) {
+		return "", fmt.Sprintf("the S3 credentials Secret %s of VirtualClusterSnapshot %s is not in namespace %s", snap.Spec.S3.CredentialsSecretName, snap.Name, vc.Namespace), nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("reading the S3 credentials Secret: %w", err)
+	}
+	labels := naming.For(vc.Name).Labels("")
+	labels[naming.LabelVirtualClusterNamespace] = vc.Namespace
+	copied := controlplane.S3Credentials(home, controlplane.RestoreCredentialsName(vc.Name), labels, from)
+	if err := r.apply(ctx, vc, copied); err != nil {
+		return "", "", err
+	}
+	return copied.Name, "", nil
 }
 
 // snapshotToRestores maps a snapshot to the tenants of its namespace made from it.

@@ -156,7 +156,7 @@ func (r *Reconciler) releaseWakeGateway(ctx context.Context, vc *v1alpha1.Virtua
 		return false, err
 	}
 	led := &discoveryv1.EndpointSliceList{}
-	if err := r.APIReader.List(ctx, led, client.InNamespace(vc.Namespace), client.MatchingLabels{
+	if err := r.APIReader.List(ctx, led, client.InNamespace(controlplane.Namespace(vc)), client.MatchingLabels{
 		discoveryv1.LabelServiceName: naming.For(vc.Name).APIServerService(),
 		discoveryv1.LabelManagedBy:   endpointSliceControllerName,
 	}); err != nil {
@@ -193,7 +193,7 @@ func (r *Reconciler) leadToWakeGateway(ctx context.Context, vc *v1alpha1.Virtual
 	// endpoints controller no longer updates (which the mirroring controller then copies into
 	// a slice) and the EndpointSlice controller's slices. Connections sent there would hang.
 	svc := naming.For(vc.Name).APIServerService()
-	err = r.Client.Delete(ctx, &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: vc.Namespace, Name: svc}})
+	err = r.Client.Delete(ctx, &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: controlplane.Namespace(vc), Name: svc}})
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("removing the apiserver Service's Endpoints: %w", err)
 	}
@@ -201,7 +201,7 @@ func (r *Reconciler) leadToWakeGateway(ctx context.Context, vc *v1alpha1.Virtual
 	if err != nil {
 		return err
 	}
-	err = r.Client.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(vc.Namespace), client.MatchingLabelsSelector{Selector: others})
+	err = r.Client.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(controlplane.Namespace(vc)), client.MatchingLabelsSelector{Selector: others})
 	return client.IgnoreNotFound(err)
 }
 
@@ -247,7 +247,10 @@ func (r *Reconciler) wakeFor(ctx context.Context, key types.NamespacedName, from
 // apiServerBackend is the address of a Ready apiserver of the tenant, if it has one: a pod
 // that is Ready, or whose apiserver answers /readyz already (its probe comes seconds later).
 func (r *Reconciler) apiServerBackend(ctx context.Context, key types.NamespacedName) (string, bool) {
-	vc := &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+	vc := &v1alpha1.VirtualCluster{}
+	if err := r.Client.Get(ctx, key, vc); err != nil { // its status says where its pods are
+		return "", false
+	}
 	pods, err := r.componentPods(ctx, vc, naming.ComponentControlPlane)
 	if err != nil {
 		return "", false

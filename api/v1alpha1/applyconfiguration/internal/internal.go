@@ -494,6 +494,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - type
+    - name: controlPlaneNamespace
+      type:
+        scalar: string
     - name: endpoint
       type:
         scalar: string

@@ -20,6 +20,13 @@ type VirtualClusterStatusApplyConfiguration struct {
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// endpoint is the URL of the tenant's apiserver as published by the exposure type.
 	Endpoint *string `json:"endpoint,omitempty"`
+	// controlPlaneNamespace is the host namespace of the tenant's control plane: its etcd,
+	// apiserver, controllers, their certificates and keys, volumes and snapshots. It is
+	// KubeNest's own (kubenest-cp-<namespace>), so that nobody with rights in the
+	// VirtualCluster's namespace can read the tenant's keys, run commands in its
+	// control-plane pods or write its data. A VirtualCluster an earlier release made keeps
+	// its control plane in its own namespace, and this says so.
+	ControlPlaneNamespace *string `json:"controlPlaneNamespace,omitempty"`
 	// kubeconfigSecretRef names the Secret, in the VirtualCluster's namespace, holding the
 	// tenant's admin kubeconfig.
 	KubeconfigSecretRef *SecretKeyReferenceApplyConfiguration `json:"kubeconfigSecretRef,omitempty"`
@@ -77,6 +84,14 @@ func (b *VirtualClusterStatusApplyConfiguration) WithConditions(values ...*v1.Co
 // If called multiple times, the Endpoint field is set to the value of the last call.
 func (b *VirtualClusterStatusApplyConfiguration) WithEndpoint(value string) *VirtualClusterStatusApplyConfiguration {
 	b.Endpoint = &value
+	return b
+}
+
+// WithControlPlaneNamespace sets the ControlPlaneNamespace field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ControlPlaneNamespace field is set to the value of the last call.
+func (b *VirtualClusterStatusApplyConfiguration) WithControlPlaneNamespace(value string) *VirtualClusterStatusApplyConfiguration {
+	b.ControlPlaneNamespace = &value
 	return b
 }
 

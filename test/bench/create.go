@@ -171,6 +171,7 @@ func deleteTenants(e *env, ns string, names ...string) {
 	for _, n := range names {
 		_ = e.host.Delete(ctx, &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}})
 	}
+	left := 0
 	_ = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		l := &v1alpha1.VirtualClusterList{}
 		if e.host.List(ctx, l, client.InNamespace(ns)) != nil {
@@ -181,8 +182,14 @@ func deleteTenants(e *env, ns string, names ...string) {
 				return false, nil
 			}
 		}
+		left = len(l.Items)
 		return true, nil
 	})
+	if left == 0 {
+		// The namespace's last tenant took its control-plane namespace with it; the next
+		// tenant is measured making it again, not waiting for this one to go.
+		waitControlPlaneNamespaceGone(e, ns)
+	}
 }
 
 // createOne creates a VirtualCluster and follows it to Ready and a first answer from its API.

@@ -187,13 +187,22 @@ func medianUsage(us []usage) usage {
 }
 
 // tenantUsage reads what each container of a tenant's host pods uses, by container name,
-// from the kubelets that run them.
+// from the kubelets that run them: its control plane's, in its control-plane namespace (as the
+// host's VirtualCluster says), and its shared-node pods', in its own.
 func tenantUsage(ctx context.Context, e *env, vc *v1alpha1.VirtualCluster) (map[string]usage, error) {
-	pods := &corev1.PodList{}
-	if err := e.host.List(ctx, pods, client.InNamespace(vc.Namespace), client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}); err != nil {
+	got := &v1alpha1.VirtualCluster{}
+	if err := e.host.Get(ctx, client.ObjectKeyFromObject(vc), got); err != nil {
 		return nil, err
 	}
-	return podsUsage(ctx, e, pods.Items)
+	var pods []corev1.Pod
+	for _, ns := range slices.Compact([]string{controlplane.Namespace(got), vc.Namespace}) {
+		l := &corev1.PodList{}
+		if err := e.host.List(ctx, l, client.InNamespace(ns), client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}); err != nil {
+			return nil, err
+		}
+		pods = append(pods, l.Items...)
+	}
+	return podsUsage(ctx, e, pods)
 }
 
 // podsUsage is what each container of the running pods uses, by container name, from the

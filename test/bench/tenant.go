@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
 // labelBench marks the host namespaces the benchmarks create, so `bench cleanup` finds what an
@@ -113,11 +114,22 @@ func deleteNamespace(e *env, name string) {
 		l := &v1alpha1.VirtualClusterList{}
 		return e.host.List(ctx, l, client.InNamespace(name)) == nil && len(l.Items) == 0, nil
 	})
+	waitControlPlaneNamespaceGone(e, name)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	_ = e.host.Delete(ctx, ns)
 	_ = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		err := e.host.Get(ctx, client.ObjectKeyFromObject(ns), &corev1.Namespace{})
 		return client.IgnoreNotFound(err) == nil && err != nil, nil
+	})
+}
+
+// waitControlPlaneNamespaceGone waits, up to 5 minutes, until the control-plane namespace of
+// namespace ns is gone, which the operator deletes with the namespace's last VirtualCluster: a
+// tenant created meanwhile would wait for it to go, and be measured waiting.
+func waitControlPlaneNamespaceGone(e *env, ns string) {
+	cp := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: naming.ControlPlaneNamespace(ns)}}
+	_ = wait.PollUntilContextTimeout(context.Background(), time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(e.host.Get(ctx, client.ObjectKeyFromObject(cp), &corev1.Namespace{})), nil
 	})
 }
 

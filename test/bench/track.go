@@ -40,9 +40,10 @@ var steps = []string{
 	stepCPScheduled, stepCPRunning, stepCPPodReady, stepAPIServerReady, stepReady, stepFirstKubectlCall,
 }
 
-// tracker watches the VirtualClusters of one host namespace and their pods, and records when
-// each step was first seen, per VirtualCluster. A watch, not polling: it costs the host
-// little, so many tenants can be followed at once without slowing what is measured.
+// tracker watches the VirtualClusters of one host namespace and their pods (in the namespace's
+// control-plane namespace, or in the namespace itself for a tenant an earlier release made),
+// and records when each step was first seen, per VirtualCluster. A watch, not polling: it costs
+// the host little, so many tenants can be followed at once without slowing what is measured.
 type tracker struct {
 	mu   sync.Mutex
 	seen map[string]map[string]time.Time
@@ -53,7 +54,9 @@ func newTracker(ctx context.Context, e *env, ns string) (*tracker, error) {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
-	c, err := cache.New(e.cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	// The control-plane namespace is watched before the operator makes it: a watch of a
+	// namespace does not need it to exist.
+	c, err := cache.New(e.cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}, naming.ControlPlaneNamespace(ns): {}}})
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/pki"
 )
@@ -97,13 +98,31 @@ func TestCertManagerIssuer(t *testing.T) {
 	kubeconfig := downloadKubeconfig(t, ctx, vc)
 	kubectl(t, "--kubeconfig", kubeconfig, "get", "namespace", "kube-system")
 
-	deleteAndCheckGone(t, ctx, vc)
+	// The tenant's CA Certificate, and the Secret cert-manager writes its key to, are in the
+	// control-plane namespace, not in the tenant's.
 	names := naming.For(vc.Name)
+	cpNS := controlplane.Namespace(got)
+	if cpNS != naming.ControlPlaneNamespace(ns) {
+		t.Errorf("status.controlPlaneNamespace %q, want %q", got.Status.ControlPlaneNamespace, naming.ControlPlaneNamespace(ns))
+	}
+	if err := host.Get(ctx, types.NamespacedName{Namespace: cpNS, Name: names.CACertificate()}, &cmapi.Certificate{}); err != nil {
+		t.Errorf("the tenant's cert-manager Certificate in %s: %v", cpNS, err)
+	}
+	for _, name := range []string{names.CACertificate(), names.IssuedCASecret()} {
+		if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			t.Errorf("Secret %s in the tenant's namespace %s: %v; want none", name, ns, err)
+		}
+	}
+	if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: names.CACertificate()}, &cmapi.Certificate{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a cert-manager Certificate %s in the tenant's namespace %s: %v; want none", names.CACertificate(), ns, err)
+	}
+
+	deleteAndCheckGone(t, ctx, vc)
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: names.CACertificate()}, &cmapi.Certificate{})
+		err := host.Get(ctx, types.NamespacedName{Namespace: cpNS, Name: names.CACertificate()}, &cmapi.Certificate{})
 		return apierrors.IsNotFound(err), nil
 	})
 	if err != nil {
-		t.Errorf("the tenant's cert-manager Certificate remains after deletion")
+		t.Errorf("the tenant's cert-manager Certificate remains in %s after deletion", cpNS)
 	}
 }

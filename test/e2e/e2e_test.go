@@ -11,13 +11,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -30,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
@@ -97,6 +102,84 @@ func TestTenantLifecycle(t *testing.T) {
 
 	kubeconfig := downloadKubeconfig(t, ctx, nodePort)
 
+	t.Run("the control plane is in KubeNest's namespace, the admin kubeconfig in the tenant's", func(t *testing.T) {
+		// Nothing in the namespace the tenant's users may be given rights in holds the
+		// tenant's keys or runs its control plane: only the admin kubeconfig is there.
+		cpNS := naming.ControlPlaneNamespace(ns)
+		n := &corev1.Namespace{}
+		if err := host.Get(ctx, client.ObjectKey{Name: cpNS}, n); err != nil {
+			t.Fatalf("the control-plane namespace %s: %v", cpNS, err)
+		}
+		for k, v := range map[string]string{naming.LabelManagedBy: naming.ManagedByValue, naming.LabelVirtualClusterNamespace: ns,
+			"pod-security.kubernetes.io/enforce": "baseline"} {
+			if n.Labels[k] != v {
+				t.Errorf("namespace %s: label %s=%q, want %q", cpNS, k, n.Labels[k], v)
+			}
+		}
+		for _, vc := range []*v1alpha1.VirtualCluster{nodePort, clusterIP} {
+			got := &v1alpha1.VirtualCluster{}
+			if err := host.Get(ctx, client.ObjectKeyFromObject(vc), got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.ControlPlaneNamespace != cpNS {
+				t.Errorf("%s: status.controlPlaneNamespace %q, want %q", vc.Name, got.Status.ControlPlaneNamespace, cpNS)
+			}
+			names := naming.For(vc.Name)
+			sel := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
+			for _, l := range []client.ObjectList{&corev1.SecretList{}, &corev1.PodList{}, &corev1.ServiceList{}, &corev1.PersistentVolumeClaimList{},
+				&appsv1.StatefulSetList{}, &appsv1.DeploymentList{}, &policyv1.PodDisruptionBudgetList{}} {
+				if err := host.List(ctx, l, client.InNamespace(ns), sel); err != nil {
+					t.Fatal(err)
+				}
+				items, _ := meta.ExtractList(l)
+				for _, it := range items {
+					if obj := it.(client.Object); obj.GetName() != names.KubeconfigSecret() {
+						t.Errorf("%s: %T %s is in the tenant's namespace %s", vc.Name, obj, obj.GetName(), ns)
+					}
+				}
+			}
+			for _, it := range []struct {
+				name string
+				obj  client.Object
+			}{
+				{names.CASecret(), &corev1.Secret{}}, {names.EtcdCertsSecret(), &corev1.Secret{}},
+				{names.ControlPlaneCertsSecret(), &corev1.Secret{}}, {names.KubeletSignerSecret(), &corev1.Secret{}},
+				{names.APIServerService(), &corev1.Service{}}, {names.EtcdClientService(), &corev1.Service{}}, {names.EtcdPeerService(), &corev1.Service{}},
+				{names.EtcdStatefulSet(), &appsv1.StatefulSet{}}, {names.ControlPlaneDeployment(), &appsv1.Deployment{}},
+				{"data-" + names.EtcdStatefulSet() + "-0", &corev1.PersistentVolumeClaim{}},
+			} {
+				if err := host.Get(ctx, types.NamespacedName{Namespace: cpNS, Name: it.name}, it.obj); err != nil {
+					t.Errorf("%s: %T %s in %s: %v", vc.Name, it.obj, it.name, cpNS, err)
+					continue
+				}
+				if l := it.obj.GetLabels(); l[naming.LabelVirtualCluster] != vc.Name || l[naming.LabelVirtualClusterNamespace] != ns {
+					t.Errorf("%s: %T %s in %s has labels %v", vc.Name, it.obj, it.name, cpNS, l)
+				}
+			}
+			// Its pods too: the operator maps what happens to them to the tenant by these labels.
+			pods := &corev1.PodList{}
+			if err := host.List(ctx, pods, client.InNamespace(cpNS), sel); err != nil {
+				t.Fatal(err)
+			}
+			if len(pods.Items) == 0 {
+				t.Errorf("%s: no pod in %s", vc.Name, cpNS)
+			}
+			for _, p := range pods.Items {
+				if p.Labels[naming.LabelVirtualClusterNamespace] != ns {
+					t.Errorf("%s: pod %s/%s has labels %v, want %s=%s", vc.Name, cpNS, p.Name, p.Labels, naming.LabelVirtualClusterNamespace, ns)
+				}
+			}
+			// Pods in the host reach the apiserver through the kubeconfig's in-cluster entry.
+			s := &corev1.Secret{}
+			if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: names.KubeconfigSecret()}, s); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("https://%s.%s.svc:%d", names.APIServerService(), cpNS, controlplane.APIServerPort); !strings.Contains(string(s.Data[controlplane.KeyInClusterKubeconfig]), want) {
+				t.Errorf("%s: the in-cluster kubeconfig does not name %s:\n%s", vc.Name, want, s.Data[controlplane.KeyInClusterKubeconfig])
+			}
+		}
+	})
+
 	t.Run("NodePort endpoint works with kubectl from outside the cluster", func(t *testing.T) {
 		out := kubectl(t, "--kubeconfig", kubeconfig, "get", "namespaces", "-o", "name")
 		if !strings.Contains(out, "namespace/kube-system") {
@@ -107,7 +190,7 @@ func TestTenantLifecycle(t *testing.T) {
 	t.Run("ClusterIP endpoint is reachable from a host pod", func(t *testing.T) {
 		// Ready already means the operator, a pod, reached /readyz through the Service; a pod
 		// of a user's reaches it by name too.
-		addr := fmt.Sprintf("%s.%s.svc", naming.For(clusterIP.Name).APIServerService(), ns)
+		addr := fmt.Sprintf("%s.%s.svc", naming.For(clusterIP.Name).APIServerService(), controlPlaneNamespace(t, ctx, clusterIP))
 		// Busybox's nc has no -z: a newline sent and a closed connection is a success.
 		logs, ok := runPod(t, ctx, ns, "reach-cip", "sh", "-c", "echo | nc -w 5 "+addr+" 6443 >/dev/null")
 		if !ok {
@@ -168,7 +251,7 @@ func TestTenantLifecycle(t *testing.T) {
 	t.Run("deleting the apiserver pod keeps the data", func(t *testing.T) {
 		sel := client.MatchingLabels(naming.For(nodePort.Name).Labels(naming.ComponentControlPlane))
 		pods := &corev1.PodList{}
-		if err := host.List(ctx, pods, client.InNamespace(ns), sel); err != nil || len(pods.Items) == 0 {
+		if err := host.List(ctx, pods, client.InNamespace(controlPlaneNamespace(t, ctx, nodePort)), sel); err != nil || len(pods.Items) == 0 {
 			t.Fatalf("control-plane pods: %v (%d)", err, len(pods.Items))
 		}
 		old := pods.Items[0]
@@ -224,23 +307,30 @@ func TestOperatorRestartMidProvisioning(t *testing.T) {
 	waitReady(t, ctx, vc)
 
 	// Nothing twice: one of each object, and one ReplicaSet of the control plane, which a
-	// second set of certificates would have rolled.
+	// second set of certificates would have rolled. All in the control-plane namespace but the
+	// admin kubeconfig, in the tenant's.
 	sel := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
+	cpNS := controlPlaneNamespace(t, ctx, vc)
 	for _, c := range []struct {
+		ns   string
 		list client.ObjectList
 		want int
 	}{
-		{&corev1.SecretList{}, 5},
-		{&corev1.ServiceList{}, 3},
-		{&appsv1.StatefulSetList{}, 1},
-		{&appsv1.DeploymentList{}, 1},
-		{&appsv1.ReplicaSetList{}, 1},
+		{cpNS, &corev1.SecretList{}, 4},
+		{cpNS, &corev1.ServiceList{}, 3},
+		{cpNS, &appsv1.StatefulSetList{}, 1},
+		{cpNS, &appsv1.DeploymentList{}, 1},
+		{cpNS, &appsv1.ReplicaSetList{}, 1},
+		{ns, &corev1.SecretList{}, 1},
+		{ns, &corev1.ServiceList{}, 0},
+		{ns, &appsv1.StatefulSetList{}, 0},
+		{ns, &appsv1.DeploymentList{}, 0},
 	} {
-		if err := host.List(ctx, c.list, client.InNamespace(ns), sel); err != nil {
+		if err := host.List(ctx, c.list, client.InNamespace(c.ns), sel); err != nil {
 			t.Fatal(err)
 		}
 		if n := meta.LenList(c.list); n != c.want {
-			t.Errorf("%T: %d objects, want %d", c.list, n, c.want)
+			t.Errorf("%T in %s: %d objects, want %d", c.list, c.ns, n, c.want)
 		}
 	}
 	deleteAndCheckGone(t, ctx, vc)
@@ -347,9 +437,12 @@ func runPod(t *testing.T, ctx context.Context, ns, name string, command ...strin
 }
 
 // deleteAndCheckGone deletes vc, waits until it is gone, and checks no host object of it is
-// left: not what the operator made, nor what the host's controllers made for it.
+// left, in its control-plane namespace or in its own: not what the operator made, nor what the
+// host's controllers made for it. When it was the last VirtualCluster of its namespace, the
+// control-plane namespace goes too.
 func deleteAndCheckGone(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualCluster) {
 	t.Helper()
+	cpNS := controlPlaneNamespace(t, ctx, vc)
 	if err := host.Delete(ctx, vc); err != nil {
 		t.Fatal(err)
 	}
@@ -361,27 +454,60 @@ func deleteAndCheckGone(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualC
 		t.Fatalf("%s not deleted: %v", vc.Name, err)
 	}
 	sel := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
-	for _, l := range []client.ObjectList{&corev1.SecretList{}, &corev1.ServiceList{}, &corev1.PodList{},
-		&corev1.PersistentVolumeClaimList{}, &appsv1.StatefulSetList{}, &appsv1.DeploymentList{},
-		&appsv1.ReplicaSetList{}, &appsv1.ControllerRevisionList{}} {
-		if err := host.List(ctx, l, client.InNamespace(vc.Namespace), sel); err != nil {
-			t.Fatal(err)
+	for _, ns := range slices.Compact([]string{cpNS, vc.Namespace}) {
+		for _, l := range []client.ObjectList{&corev1.SecretList{}, &corev1.ServiceList{}, &corev1.PodList{},
+			&corev1.PersistentVolumeClaimList{}, &appsv1.StatefulSetList{}, &appsv1.DeploymentList{},
+			&appsv1.ReplicaSetList{}, &appsv1.ControllerRevisionList{}, &policyv1.PodDisruptionBudgetList{}, &batchv1.JobList{}} {
+			if err := host.List(ctx, l, client.InNamespace(ns), sel); err != nil {
+				t.Fatal(err)
+			}
+			if n := meta.LenList(l); n != 0 {
+				t.Errorf("%s deleted, but %d %T remain in %s", vc.Name, n, l, ns)
+			}
 		}
-		if n := meta.LenList(l); n != 0 {
-			t.Errorf("%s deleted, but %d %T remain", vc.Name, n, l)
+		// EndpointSlices belong to the Services; the garbage collector removes them shortly.
+		names := naming.For(vc.Name)
+		for _, svc := range []string{names.APIServerService(), names.EtcdClientService(), names.EtcdPeerService()} {
+			err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+				eps, err := hostCS.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + svc})
+				return err == nil && len(eps.Items) == 0, nil
+			})
+			if err != nil {
+				t.Errorf("EndpointSlices of Service %s/%s remain: %v", ns, svc, err)
+			}
 		}
 	}
-	// EndpointSlices belong to the Services; the garbage collector removes them shortly.
-	names := naming.For(vc.Name)
-	for _, svc := range []string{names.APIServerService(), names.EtcdClientService(), names.EtcdPeerService()} {
-		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			slices, err := hostCS.DiscoveryV1().EndpointSlices(vc.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + svc})
-			return err == nil && len(slices.Items) == 0, nil
-		})
-		if err != nil {
-			t.Errorf("EndpointSlices of Service %s remain: %v", svc, err)
-		}
+	// The namespace's last tenant gone, its control-plane namespace goes (whichever release
+	// made the tenants): nothing of them is kept there, and nobody else's.
+	left := &v1alpha1.VirtualClusterList{}
+	if err := host.List(ctx, left, client.InNamespace(vc.Namespace)); err != nil {
+		t.Fatal(err)
 	}
+	if len(left.Items) > 0 {
+		return
+	}
+	shared := naming.ControlPlaneNamespace(vc.Namespace)
+	n := &corev1.Namespace{}
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := host.Get(ctx, client.ObjectKey{Name: shared}, n)
+		return apierrors.IsNotFound(err) || (err == nil && n.DeletionTimestamp != nil), nil
+	})
+	if err != nil {
+		t.Errorf("%s was the last VirtualCluster of namespace %s, but the control-plane namespace %s is still there, not terminating (labels %v)",
+			vc.Name, vc.Namespace, shared, n.Labels)
+	}
+}
+
+// controlPlaneNamespace is the host namespace of vc's control plane, from vc as the host has
+// it (its status says): KubeNest's own for a tenant this build made, vc's own namespace for
+// one an earlier release made.
+func controlPlaneNamespace(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualCluster) string {
+	t.Helper()
+	got := &v1alpha1.VirtualCluster{}
+	if err := host.Get(ctx, client.ObjectKeyFromObject(vc), got); err != nil {
+		t.Fatalf("reading %s/%s for its control-plane namespace: %v", vc.Namespace, vc.Name, err)
+	}
+	return controlplane.Namespace(got)
 }
 
 func unschedulable(p corev1.Pod) bool {
@@ -401,6 +527,9 @@ func dumpNamespace(t *testing.T, ns string) {
 		return string(out)
 	}
 	t.Logf("namespace %s:\n%s", ns, host("-n", ns, "get", "virtualclusters,pods,services,secrets,events", "-o", "wide"))
+	// Its tenants' control planes (an earlier release's tenants have theirs above).
+	cp := naming.ControlPlaneNamespace(ns)
+	t.Logf("control-plane namespace %s:\n%s", cp, host("-n", cp, "get", "pods,services,secrets,persistentvolumeclaims,jobs,events", "-o", "wide"))
 
 	// The operator's log lines about the namespace's tenants: a later test may replace the
 	// operator's pod (TestOperatorUpgrade), and its log with it.

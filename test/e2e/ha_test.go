@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
@@ -50,9 +51,10 @@ func TestHAUnderFault(t *testing.T) {
 	}
 	vc = waitReady(t, ctx, vc)
 	names := naming.For(vc.Name)
+	cpNS := controlplane.Namespace(vc) // the tenant's etcd, control plane and their claims
 	etcdPods := func() []corev1.Pod {
 		pods := &corev1.PodList{}
-		if err := host.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(names.Labels(naming.ComponentEtcd))); err != nil {
+		if err := host.List(ctx, pods, client.InNamespace(cpNS), client.MatchingLabels(names.Labels(naming.ComponentEtcd))); err != nil {
 			t.Fatal(err)
 		}
 		return pods.Items
@@ -64,7 +66,7 @@ func TestHAUnderFault(t *testing.T) {
 	for i := range 3 {
 		c := &corev1.PersistentVolumeClaim{}
 		name := fmt.Sprintf("data-%s-%d", names.EtcdStatefulSet(), i)
-		if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, c); err != nil {
+		if err := host.Get(ctx, types.NamespacedName{Namespace: cpNS, Name: name}, c); err != nil {
 			t.Fatalf("etcd member %d's claim: %v", i, err)
 		}
 		claims[name] = c.UID
@@ -88,8 +90,8 @@ func TestHAUnderFault(t *testing.T) {
 		t.Helper()
 		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
 			sts, dep, got := &appsv1.StatefulSet{}, &appsv1.Deployment{}, &v1alpha1.VirtualCluster{}
-			if host.Get(ctx, types.NamespacedName{Namespace: ns, Name: names.EtcdStatefulSet()}, sts) != nil ||
-				host.Get(ctx, types.NamespacedName{Namespace: ns, Name: names.ControlPlaneDeployment()}, dep) != nil ||
+			if host.Get(ctx, types.NamespacedName{Namespace: cpNS, Name: names.EtcdStatefulSet()}, sts) != nil ||
+				host.Get(ctx, types.NamespacedName{Namespace: cpNS, Name: names.ControlPlaneDeployment()}, dep) != nil ||
 				host.Get(ctx, client.ObjectKeyFromObject(vc), got) != nil {
 				return false, nil
 			}
@@ -139,7 +141,7 @@ func TestHAUnderFault(t *testing.T) {
 		}
 		pod := &corev1.Pod{}
 		leader := strings.Split(*lease.Spec.HolderIdentity, "_")[0]
-		if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: leader}, pod); err != nil {
+		if err := host.Get(ctx, types.NamespacedName{Namespace: cpNS, Name: leader}, pod); err != nil {
 			t.Fatalf("the leading control-plane pod %s: %v", leader, err)
 		}
 		if err := host.Delete(ctx, pod); err != nil {
@@ -180,7 +182,7 @@ func TestHAUnderFault(t *testing.T) {
 				node = p.Spec.NodeName
 			}
 		}
-		return drainTenant(t, ctx, ns, node, 20*time.Second)
+		return drainTenant(t, ctx, cpNS, node, 20*time.Second)
 	})
 	p.stop()
 
@@ -188,7 +190,7 @@ func TestHAUnderFault(t *testing.T) {
 	t.Logf("in all: %d requests, %d failed", total.requests, total.failed)
 	for name, uid := range claims {
 		c := &corev1.PersistentVolumeClaim{}
-		if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, c); err != nil || c.UID != uid {
+		if err := host.Get(ctx, types.NamespacedName{Namespace: cpNS, Name: name}, c); err != nil || c.UID != uid {
 			t.Errorf("etcd's claim %s is not the one it started with (%v): its member lost its data", name, err)
 		}
 	}
@@ -244,10 +246,11 @@ func checkScheduled(t *testing.T, ctx context.Context, tenant kubernetes.Interfa
 	}
 }
 
-// drainTenant cordons a node and evicts the tenant's pods from it, as kubectl drain would:
-// through the eviction API, so the tenant's PodDisruptionBudgets hold (a pod a budget protects
-// is tried again, and left where it is after a while). The node stays cordoned for the given
-// time, as for a maintenance, then comes back. It returns the pods it evicted.
+// drainTenant cordons a node and evicts the pods of ns (the tenant's control-plane namespace)
+// from it, as kubectl drain would: through the eviction API, so the tenant's
+// PodDisruptionBudgets hold (a pod a budget protects is tried again, and left where it is
+// after a while). The node stays cordoned for the given time, as for a maintenance, then comes
+// back. It returns the pods it evicted.
 func drainTenant(t *testing.T, ctx context.Context, ns, node string, down time.Duration) []corev1.Pod {
 	t.Helper()
 	cordon(t, ctx, node, true)

@@ -20,6 +20,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -44,7 +45,6 @@ import (
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
-	"github.com/kubenest-io/kubenest/pkg/pki"
 	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
 
@@ -426,7 +426,7 @@ func TestHostileTenant(t *testing.T) {
 		// availability check asserts system:masters). The servers there must refuse it.
 		aggregator := aggregatorclient.NewForConfigOrDie(tenantConfig(t, attackerKC))
 		pods := &corev1.PodList{}
-		if err := host.List(ctx, pods, client.InNamespace(nsV), client.MatchingLabels{naming.LabelComponent: naming.ComponentControlPlane}); err != nil {
+		if err := host.List(ctx, pods, client.InNamespace(controlplane.Namespace(victim)), client.MatchingLabels{naming.LabelComponent: naming.ComponentControlPlane}); err != nil {
 			t.Fatal(err)
 		}
 		if len(pods.Items) == 0 || pods.Items[0].Status.PodIP == "" {
@@ -659,8 +659,10 @@ func TestHostileTenant(t *testing.T) {
 		if !strings.Contains(c.Message, "spec.pki.issuerRef") {
 			t.Errorf("CertificatesReady %q does not name the field", c.Message)
 		}
-		if err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: naming.For(minted.Name).CACertificate()}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
-			t.Errorf("something was issued for the refused issuer: %v", err)
+		for _, ns := range []string{controlPlaneNamespace(t, ctx, minted), nsA} {
+			if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: naming.For(minted.Name).CACertificate()}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+				t.Errorf("something was issued for the refused issuer in %s: %v", ns, err)
+			}
 		}
 		deleteAndCheckGone(t, ctx, minted)
 	})
@@ -681,78 +683,127 @@ func TestHostileTenant(t *testing.T) {
 		refused(t, "the namespace's editor setting spec.nodes.sharedQuota", admin.Update(ctx, got), "grant-shared-quota")
 	})
 
-	t.Run("a certificate of its own in the tenant's certificate Secret, out of the operator's cache", func(t *testing.T) {
-		// The operator reads a tenant's leaf certificates from its cache, which holds only
-		// Secrets labelled as a tenant's, and reads them live only when the cached ones ask
-		// for a renewal. The namespace's editor writes an apiserver certificate of a CA of its
-		// own (for the tenant's names) into the control-plane certificates Secret and takes the
-		// label off, so that the Secret leaves the cache: the operator must not serve the
-		// forged certificate, but one of the tenant's CA again, labelled again.
+	t.Run("the tenant's keys, control-plane pods and data, with edit on its host namespace", func(t *testing.T) {
+		// The namespace's editor wants what makes it the tenant's master and the operator's:
+		// the tenant's keys (its CAs, the ServiceAccount signing key, etcd's CA), a shell in
+		// its etcd or apiserver pods, or its etcd's volume. With edit, it would read, write and
+		// exec into all of them in its own namespace. They are in the control-plane namespace,
+		// which only the operator makes and where no right in the tenant's namespace reaches;
+		// what stays in the tenant's namespace is its admin kubeconfig, its own to download.
 		names := naming.For(attacker.Name)
-		now := time.Now()
-		own, err := pki.NewCA("attacker", now)
-		if err != nil {
+		cpNS := naming.ControlPlaneNamespace(nsA)
+		etcd0 := names.EtcdStatefulSet() + "-0"
+		got := &v1alpha1.VirtualCluster{}
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(attacker), got); err != nil {
 			t.Fatal(err)
 		}
-		forged, err := own.Issue(pki.CertSpec{CommonName: "kube-apiserver", Usage: pki.UsageServer, Validity: 24 * time.Hour,
-			DNSNames: []string{"kubernetes.default.svc", names.APIServerService() + "." + nsA + ".svc"}}, now)
-		if err != nil {
-			t.Fatal(err)
+		if got.Status.ControlPlaneNamespace != cpNS {
+			t.Fatalf("the attacker's status.controlPlaneNamespace is %q, want %q", got.Status.ControlPlaneNamespace, cpNS)
 		}
-		forgedKey, err := forged.KeyPEM()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cp := &corev1.Secret{}
-		if err := admin.Get(ctx, types.NamespacedName{Namespace: nsA, Name: names.ControlPlaneCertsSecret()}, cp); err != nil {
-			t.Fatal(err)
-		}
-		delete(cp.Labels, naming.LabelVirtualCluster)
-		cp.Data[controlplane.LeafAPIServer.CertFile()] = forged.CertPEM()
-		cp.Data[controlplane.LeafAPIServer.KeyFile()] = forgedKey
-		if err := admin.Update(ctx, cp); err != nil {
-			t.Fatalf("the namespace's editor updating the certificates Secret (edit allows it): %v", err)
+		forbidden := func(t *testing.T, what string, err error) {
+			t.Helper()
+			if !apierrors.IsForbidden(err) {
+				t.Errorf("%s: %v; want Forbidden", what, err)
+				return
+			}
+			t.Logf("%s: refused: %v", what, err)
 		}
 
-		ca := &corev1.Secret{}
-		if err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: names.CASecret()}, ca); err != nil {
+		// Its own namespace, which it reads whole: no key of the tenant's there.
+		secrets := &corev1.SecretList{}
+		if err := admin.List(ctx, secrets, client.InNamespace(nsA)); err != nil {
+			t.Fatalf("the namespace's editor listing its Secrets (edit allows it): %v", err)
+		}
+		for _, sec := range secrets.Items {
+			if sec.Labels[clustertree.LabelOrigin] == clustertree.OriginClusterTree {
+				continue // a copy of one of the tenant's own Secrets, for its pods on the shared node
+			}
+			if sec.Labels[naming.LabelVirtualCluster] != "" && sec.Name != names.KubeconfigSecret() {
+				t.Errorf("Secret %s of tenant %s is in the tenant's namespace %s", sec.Name, sec.Labels[naming.LabelVirtualCluster], nsA)
+			}
+			for k, v := range sec.Data {
+				if strings.HasSuffix(k, ".key") || slices.Contains([]string{controlplane.KeySAKey, controlplane.KeyCAKey, controlplane.KeyEtcdCAKey}, k) ||
+					strings.Contains(string(v), "PRIVATE KEY-----") {
+					t.Errorf("Secret %s/%s, which the namespace's editor reads, holds key material under %s", nsA, sec.Name, k)
+				}
+			}
+		}
+
+		// The control-plane namespace: nothing to read, list or run there.
+		for _, name := range []string{names.CASecret(), names.ControlPlaneCertsSecret()} {
+			forbidden(t, "the namespace's editor reading Secret "+cpNS+"/"+name, admin.Get(ctx, types.NamespacedName{Namespace: cpNS, Name: name}, &corev1.Secret{}))
+		}
+		forbidden(t, "the namespace's editor listing the pods of "+cpNS, admin.List(ctx, &corev1.PodList{}, client.InNamespace(cpNS)))
+		for _, attr := range []authorizationv1.ResourceAttributes{
+			{Verb: "create", Resource: "pods", Subresource: "exec", Name: etcd0},
+			{Verb: "create", Resource: "pods", Subresource: "portforward", Name: etcd0},
+			{Verb: "create", Resource: "pods"},
+			{Verb: "update", Resource: "persistentvolumeclaims", Name: "data-" + etcd0},
+		} {
+			for ns, allowed := range map[string]bool{cpNS: false, nsA: true} {
+				attr.Namespace = ns
+				review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attr}}
+				if err := admin.Create(ctx, review); err != nil {
+					t.Fatalf("a SelfSubjectAccessReview: %v", err)
+				}
+				what := fmt.Sprintf("%s %s/%s %s in %s", attr.Verb, attr.Resource, attr.Subresource, attr.Name, ns)
+				switch {
+				case review.Status.Allowed && !allowed:
+					t.Errorf("the namespace's editor may %s", what)
+				case !review.Status.Allowed && allowed:
+					// edit grants it in its own namespace: a denial there would make the one above prove nothing.
+					t.Errorf("the namespace's editor may not %s (edit allows it): %+v", what, review.Status)
+				case !allowed:
+					t.Logf("the namespace's editor may not %s", what)
+				}
+			}
+		}
+
+		// Its etcd and control plane run there, not in the tenant's namespace.
+		for _, c := range []struct {
+			component string
+			list      client.ObjectList
+		}{
+			{naming.ComponentEtcd, &corev1.PodList{}}, {naming.ComponentEtcd, &corev1.PersistentVolumeClaimList{}},
+			{naming.ComponentEtcd, &appsv1.StatefulSetList{}}, {naming.ComponentControlPlane, &corev1.PodList{}},
+			{naming.ComponentControlPlane, &appsv1.DeploymentList{}},
+		} {
+			for ns, want := range map[string]bool{nsA: false, cpNS: true} {
+				if err := host.List(ctx, c.list, client.InNamespace(ns), client.MatchingLabels(names.Labels(c.component))); err != nil {
+					t.Fatal(err)
+				}
+				if n := meta.LenList(c.list); (n > 0) != want {
+					t.Errorf("%d %T of the attacker's %s in %s", n, c.list, c.component, ns)
+				}
+			}
+		}
+
+		// Nor can it have the operator put them back in its namespace: the status is the
+		// operator's to write, and the VirtualCluster's own update does not carry it.
+		moved := got.DeepCopy()
+		moved.Status.ControlPlaneNamespace = nsA
+		forbidden(t, "the namespace's editor updating the status to put the control plane in "+nsA, admin.Status().Update(ctx, moved))
+		patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"status":{"controlPlaneNamespace":%q}}`, nsA)))
+		forbidden(t, "the namespace's editor patching the status to put the control plane in "+nsA,
+			admin.Status().Patch(ctx, &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: attacker.Name}}, patch))
+		err := admin.Patch(ctx, &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: attacker.Name}}, patch)
+		t.Logf("the namespace's editor patching status.controlPlaneNamespace through the VirtualCluster itself: %v", err)
+		if err := host.Get(ctx, client.ObjectKeyFromObject(attacker), got); err != nil {
 			t.Fatal(err)
 		}
-		tenantCA, err := pki.ParseCert(ca.Data[controlplane.KeyCACert])
-		if err != nil {
-			t.Fatal(err)
+		if got.Status.ControlPlaneNamespace != cpNS {
+			t.Errorf("after the editor's patches, status.controlPlaneNamespace is %q, want %q", got.Status.ControlPlaneNamespace, cpNS)
 		}
-		var last string
-		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			got := &corev1.Secret{}
-			if err := host.Get(ctx, client.ObjectKeyFromObject(cp), got); err != nil {
-				last = err.Error()
-				return false, nil
-			}
-			cert, err := pki.ParseCert(got.Data[controlplane.LeafAPIServer.CertFile()])
-			switch {
-			case err != nil:
-				last = err.Error()
-			case cert.CheckSignatureFrom(tenantCA) != nil:
-				last = "the apiserver certificate is not the tenant CA's: " + cert.Issuer.String()
-			case got.Labels[naming.LabelVirtualCluster] != attacker.Name:
-				last = fmt.Sprintf("labels %v", got.Labels)
-			default:
-				return true, nil
-			}
-			return false, nil
-		})
-		if err != nil {
-			t.Fatalf("the forged certificate was not replaced: %s", last)
+
+		// Nor make the control-plane namespace of a namespace before the operator does, to keep
+		// rights in it and read the keys of the tenants put there: not even the host's
+		// cluster-admin may.
+		squat := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: naming.ControlPlaneNamespace("e2e-hostile-squat")}}
+		err = host.Create(ctx, squat)
+		if err == nil {
+			_ = host.Delete(context.Background(), squat)
 		}
-		// The tenant serves with the new certificate, and its admin's kubeconfig still works.
-		attacker = waitReady(t, ctx, attacker)
-		if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			_, err := evil.Discovery().ServerVersion()
-			return err == nil, nil
-		}); err != nil {
-			t.Fatalf("the attacker's tenant does not answer after its certificate was replaced: %v", err)
-		}
+		refused(t, "the host's cluster-admin creating namespace "+squat.Name, err, "only the KubeNest operator creates them")
 	})
 
 	t.Run("a flood of VirtualClusters that never start, holding the operator's start turns", func(t *testing.T) {
@@ -859,8 +910,10 @@ func TestHostileTenant(t *testing.T) {
 		if err != nil || got.Status.Phase != v1alpha1.SnapshotPending {
 			t.Errorf("a snapshot of another namespace's tenant: %v, status %+v", err, got.Status)
 		}
-		if err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: "steal-snapshot"}, &batchv1.Job{}); !apierrors.IsNotFound(err) {
-			t.Errorf("a snapshot job runs for it: %v", err)
+		for _, ns := range []string{naming.ControlPlaneNamespace(nsA), nsA, naming.ControlPlaneNamespace(nsV)} {
+			if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: "steal-snapshot"}, &batchv1.Job{}); !apierrors.IsNotFound(err) {
+				t.Errorf("a snapshot job runs for it in %s: %v", ns, err)
+			}
 		}
 
 		// A tenant of the attacker's namespace made from the victim's snapshot.
@@ -876,17 +929,28 @@ func TestHostileTenant(t *testing.T) {
 		if c := meta.FindStatusCondition(cloned.Status.Conditions, v1alpha1.ConditionEtcdReady); !strings.Contains(c.Message, "there is no VirtualClusterSnapshot "+theirs.Name+" in namespace "+nsA) {
 			t.Errorf("restoring another namespace's snapshot: %s", c.Message)
 		}
-		if err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: naming.For(clone.Name).EtcdStatefulSet()}, &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
-			t.Errorf("the clone has an etcd: %v", err)
+		for _, ns := range []string{controlPlaneNamespace(t, ctx, clone), nsA} {
+			if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: naming.For(clone.Name).EtcdStatefulSet()}, &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+				t.Errorf("the clone has an etcd in %s: %v", ns, err)
+			}
 		}
 		deleteAndCheckGone(t, ctx, clone)
 
 		// A job of the attacker's own, made before the snapshot under the name the operator
-		// would give its job, would write the snapshot's status (its digest) and its file.
+		// would give its job, would write the snapshot's status (its digest) and its file. The
+		// operator's job is made in the control-plane namespace, where the namespace's editor
+		// makes nothing; one of that name in the tenant's namespace is never looked at.
+		forgedDigest := strings.Repeat("ab", 32)
 		forged := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "forged-snapshot", Namespace: nsA}, Spec: batchv1.JobSpec{
 			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
 				Containers: []corev1.Container{{Name: "main", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever,
-					Command: []string{"sh", "-c", `echo '{"sizeBytes":1,"revision":1,"sha256":"` + strings.Repeat("ab", 32) + `","keys":1}' > /dev/termination-log`}}}}}}}
+					Command: []string{"sh", "-c", `echo '{"sizeBytes":1,"revision":1,"sha256":"` + forgedDigest + `","keys":1}' > /dev/termination-log`}}}}}}}
+		inCP := forged.DeepCopy()
+		inCP.Namespace = naming.ControlPlaneNamespace(nsA)
+		err = admin.Create(ctx, inCP)
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("the namespace's editor making the snapshot's job in %s: %v; want Forbidden", inCP.Namespace, err)
+		}
 		if err := admin.Create(ctx, forged); err != nil {
 			t.Fatal(err)
 		}
@@ -895,11 +959,10 @@ func TestHostileTenant(t *testing.T) {
 		if err := admin.Create(ctx, snap); err != nil {
 			t.Fatal(err)
 		}
-		snap = waitSnapshot(t, ctx, snap, v1alpha1.SnapshotFailed)
-		c := meta.FindStatusCondition(snap.Status.Conditions, v1alpha1.ConditionSnapshotComplete)
-		t.Logf("a snapshot whose job the attacker made: %s", c.Message)
-		if c.Reason != "JobNotOurs" || snap.Status.SHA256 != "" {
-			t.Errorf("a snapshot whose job the attacker made: %+v", snap.Status)
+		snap = waitSnapshot(t, ctx, snap, v1alpha1.SnapshotSucceeded)
+		t.Logf("a snapshot with the attacker's job of its name in %s: taken at revision %d, %s", nsA, snap.Status.Revision, snap.Status.SHA256)
+		if snap.Status.SHA256 == forgedDigest || snap.Status.Revision == 1 {
+			t.Errorf("the snapshot took the result of the attacker's job: %+v", snap.Status)
 		}
 	})
 
@@ -922,7 +985,7 @@ func TestHostileTenant(t *testing.T) {
 		cordon(t, ctx, "kn-worker-1", false)
 		waitReady(t, ctx, second)
 		pods := &corev1.PodList{}
-		if err := host.List(ctx, pods, client.InNamespace(nsV), client.MatchingLabels{naming.LabelVirtualCluster: second.Name}); err != nil {
+		if err := host.List(ctx, pods, client.InNamespace(controlPlaneNamespace(t, ctx, second)), client.MatchingLabels{naming.LabelVirtualCluster: second.Name}); err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range pods.Items {

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
@@ -40,7 +41,7 @@ func TestLoadBalancerExposure(t *testing.T) {
 	t.Logf("%s Ready after %s at %s", vc.Name, time.Since(start).Round(100*time.Millisecond), got.Status.Endpoint)
 
 	svc := &corev1.Service{}
-	key := client.ObjectKey{Namespace: ns, Name: naming.For(vc.Name).APIServerService()}
+	key := client.ObjectKey{Namespace: controlplane.Namespace(got), Name: naming.For(vc.Name).APIServerService()}
 	if err := host.Get(ctx, key, svc); err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
@@ -35,7 +36,7 @@ func TestSleepWake(t *testing.T) {
 	if err := host.Create(ctx, vc); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, ctx, vc)
+	cpNS := controlplane.Namespace(waitReady(t, ctx, vc))
 	kubeconfig := downloadKubeconfig(t, ctx, vc)
 	tenant := tenantClient(t, kubeconfig)
 	if _, err := tenant.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
@@ -81,15 +82,18 @@ func TestSleepWake(t *testing.T) {
 			!strings.Contains(ready.Message, "asleep") {
 			t.Errorf("Ready condition %+v, want False saying the tenant is asleep", ready)
 		}
-		pods := &corev1.PodList{}
-		if err := host.List(ctx, pods, client.InNamespace(ns)); err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range pods.Items {
-			t.Errorf("pod %s (%s) still in the tenant's host namespace while it sleeps", p.Name, p.Labels[naming.LabelComponent])
+		// Neither its control plane nor its shared-node pods.
+		for _, hostNS := range []string{cpNS, ns} {
+			pods := &corev1.PodList{}
+			if err := host.List(ctx, pods, client.InNamespace(hostNS)); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pods.Items {
+				t.Errorf("pod %s (%s) still in host namespace %s while the tenant sleeps", p.Name, p.Labels[naming.LabelComponent], hostNS)
+			}
 		}
 		claims := &corev1.PersistentVolumeClaimList{}
-		if err := host.List(ctx, claims, client.InNamespace(ns), client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}); err != nil {
+		if err := host.List(ctx, claims, client.InNamespace(cpNS), client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}); err != nil {
 			t.Fatal(err)
 		}
 		if len(claims.Items) != 1 {
@@ -167,7 +171,7 @@ func TestSleepWake(t *testing.T) {
 		// Once awake, the Service leads to the apiserver again, not through the gateway.
 		slices := &discoveryv1.EndpointSliceList{}
 		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			if err := host.List(ctx, slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: vc.Name + "-apiserver"}); err != nil {
+			if err := host.List(ctx, slices, client.InNamespace(cpNS), client.MatchingLabels{discoveryv1.LabelServiceName: naming.For(vc.Name).APIServerService()}); err != nil {
 				return false, err
 			}
 			for _, s := range slices.Items {

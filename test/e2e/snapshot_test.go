@@ -5,9 +5,11 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
@@ -67,6 +70,7 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	src = waitReady(t, ctx, src)
+	cpNS := controlplane.Namespace(src) // where the snapshots' claims and jobs are made
 	srcKC := downloadKubeconfig(t, ctx, src)
 	tenant := tenantClient(t, srcKC)
 	dir := t.TempDir()
@@ -98,6 +102,22 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 	if out := kubectl(t, "--kubeconfig", *kubeconfigPath, "-n", ns, "get", "vcsnap", "before"); !strings.Contains(out, "Succeeded") || !strings.Contains(out, snap.Status.Size) {
 		t.Errorf("kubectl get vcsnap does not show the phase and size:\n%s", out)
+	}
+	// Its claim is in the control-plane namespace, with the tenant's data, where the tenant's
+	// namespace's users do not reach; marked as made for this snapshot, which holds it with
+	// its finalizer.
+	claimName := controlplane.SnapshotClaimName(snap.Name)
+	snapClaim := &corev1.PersistentVolumeClaim{}
+	if err := host.Get(ctx, types.NamespacedName{Namespace: cpNS, Name: claimName}, snapClaim); err != nil {
+		t.Errorf("the snapshot's claim in %s: %v", cpNS, err)
+	} else if snapClaim.Labels[controlplane.LabelSnapshotUID] != string(snap.UID) {
+		t.Errorf("the snapshot's claim has labels %v, want %s=%s", snapClaim.Labels, controlplane.LabelSnapshotUID, snap.UID)
+	}
+	if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: claimName}, &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a snapshot claim %s in the tenant's namespace %s: %v; want none", claimName, ns, err)
+	}
+	if !slices.Contains(snap.Finalizers, v1alpha1.FinalizerSnapshot) {
+		t.Errorf("the snapshot has finalizers %v, want %s", snap.Finalizers, v1alpha1.FinalizerSnapshot)
 	}
 	// What the tenant does after the snapshot is not in it.
 	if _, err := tenant.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{}); err != nil {
@@ -196,7 +216,9 @@ func TestSnapshotRestore(t *testing.T) {
 	})
 
 	t.Run("a volume claim the operator did not make is never used", func(t *testing.T) {
-		forged := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "forged-snapshot", Namespace: ns},
+		// Made by someone who may write the control-plane namespace (nobody of the tenant's
+		// namespace may), under the name the snapshot's claim would have there.
+		forged := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "forged-snapshot", Namespace: cpNS},
 			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Mi")}}}}
 		if err := host.Create(ctx, forged); err != nil {
@@ -262,8 +284,10 @@ func TestSnapshotRestore(t *testing.T) {
 		if want := "s3://kubenest-e2e/" + ns + "/in-bucket.db"; s.Status.Location != want {
 			t.Errorf("stored in %q, want %q", s.Status.Location, want)
 		}
-		if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: "in-bucket-snapshot"}, &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
-			t.Errorf("a snapshot stored in a bucket has a volume claim: %v", err)
+		for _, claimNS := range []string{cpNS, ns} {
+			if err := host.Get(ctx, types.NamespacedName{Namespace: claimNS, Name: "in-bucket-snapshot"}, &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+				t.Errorf("a snapshot stored in a bucket has a volume claim in %s: %v", claimNS, err)
+			}
 		}
 		vc := newVC(ns, "from-bucket", v1alpha1.ExposureNodePort)
 		vc.Spec.Restore = &v1alpha1.RestoreSpec{SnapshotName: s.Name}
@@ -288,7 +312,7 @@ func TestSnapshotRestore(t *testing.T) {
 		names := naming.For(copyVC.Name)
 		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 			sts := &appsv1.StatefulSet{}
-			if host.Get(ctx, types.NamespacedName{Namespace: ns, Name: names.EtcdStatefulSet()}, sts) != nil {
+			if host.Get(ctx, types.NamespacedName{Namespace: controlplane.Namespace(copyVC), Name: names.EtcdStatefulSet()}, sts) != nil {
 				return false, nil
 			}
 			rolled := len(sts.Spec.Template.Spec.InitContainers) == 0 && sts.Status.ObservedGeneration == sts.Generation &&
@@ -301,6 +325,16 @@ func TestSnapshotRestore(t *testing.T) {
 		eventually(t, "the restored tenant's Secret after the snapshot went", time.Minute, func() error {
 			_, err := restored.CoreV1().Secrets("default").Get(ctx, "db", metav1.GetOptions{})
 			return err
+		})
+		// What was made for it in the control-plane namespace goes with it, and then it goes.
+		eventually(t, "the deleted snapshot and its claim gone", 2*time.Minute, func() error {
+			if err := host.Get(ctx, client.ObjectKeyFromObject(snap), &v1alpha1.VirtualClusterSnapshot{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("the snapshot: %v", err)
+			}
+			if err := host.Get(ctx, types.NamespacedName{Namespace: cpNS, Name: controlplane.SnapshotClaimName(snap.Name)}, &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("its claim in %s: %v", cpNS, err)
+			}
+			return nil
 		})
 	})
 

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
@@ -40,12 +41,12 @@ func TestDefaultStorage(t *testing.T) {
 	if err := host.Create(ctx, vc); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, ctx, vc)
+	cpNS := controlplane.Namespace(waitReady(t, ctx, vc))
 	t.Logf("%s (PVC etcd) Ready in %s", vc.Name, time.Since(start).Round(100*time.Millisecond))
 
 	names := naming.For(vc.Name)
 	claim := &corev1.PersistentVolumeClaim{}
-	if err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: "data-" + names.EtcdStatefulSet() + "-0"}, claim); err != nil {
+	if err := host.Get(ctx, types.NamespacedName{Namespace: cpNS, Name: "data-" + names.EtcdStatefulSet() + "-0"}, claim); err != nil {
 		t.Fatalf("etcd's volume claim: %v", err)
 	}
 	if claim.Status.Phase != corev1.ClaimBound || claim.Spec.StorageClassName == nil || *claim.Spec.StorageClassName != "local-path" {
@@ -63,7 +64,7 @@ func TestDefaultStorage(t *testing.T) {
 
 	t.Run("a deleted etcd pod comes back with its data", func(t *testing.T) {
 		pod := &corev1.Pod{}
-		key := types.NamespacedName{Namespace: ns, Name: names.EtcdStatefulSet() + "-0"}
+		key := types.NamespacedName{Namespace: cpNS, Name: names.EtcdStatefulSet() + "-0"}
 		if err := host.Get(ctx, key, pod); err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
@@ -34,8 +36,10 @@ var (
 // with it (default storage and ephemeral), then upgrades the chart to this build, whose image
 // tag changes every tenant pod template. Every tenant keeps its objects; the ephemeral
 // tenant's etcd pod is never replaced (its etcd CA did not change), while the tenant with a
-// volume claim rolls its etcd onto the new image. It ends with this build installed and every
-// tenant of the cluster Ready, as the tests after it expect.
+// volume claim rolls its etcd onto the new image. Both keep their control planes in their own
+// namespace, where the previous release made them, while a tenant made after the upgrade in the
+// same namespace has its own in KubeNest's control-plane namespace. It ends with this build
+// installed and every tenant of the cluster Ready, as the tests after it expect.
 func TestOperatorUpgrade(t *testing.T) {
 	if *previousChart == "" || *previousTag == "" {
 		t.Fatal("-previous-chart and -previous-tag are needed: run it with make e2e, which builds the previous release")
@@ -88,19 +92,24 @@ func TestOperatorUpgrade(t *testing.T) {
 	upgraded = true
 	for _, vc := range tenants {
 		names := naming.For(vc.Name)
-		// The new operator has rolled the control plane onto this build's image.
+		// The new operator has rolled the control plane onto this build's image, where the
+		// previous release put it (the tenant's own namespace), and says so in the status.
+		got := &v1alpha1.VirtualCluster{}
 		err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-			d, got := &appsv1.Deployment{}, &v1alpha1.VirtualCluster{}
-			if host.Get(ctx, types.NamespacedName{Namespace: ns, Name: names.ControlPlaneDeployment()}, d) != nil ||
-				host.Get(ctx, client.ObjectKeyFromObject(vc), got) != nil {
+			d := &appsv1.Deployment{}
+			if host.Get(ctx, client.ObjectKeyFromObject(vc), got) != nil ||
+				host.Get(ctx, types.NamespacedName{Namespace: controlplane.Namespace(got), Name: names.ControlPlaneDeployment()}, d) != nil {
 				return false, nil
 			}
 			return d.Spec.Template.Spec.Containers[0].Image == image && d.Status.ObservedGeneration == d.Generation &&
 				d.Status.UpdatedReplicas == 1 && d.Status.Replicas == 1 && d.Status.AvailableReplicas == 1 &&
-				meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady), nil
+				got.Status.ControlPlaneNamespace != "" && meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionReady), nil
 		})
 		if err != nil {
-			t.Fatalf("%s: not Ready on this build's control plane after the upgrade: %v", vc.Name, err)
+			t.Fatalf("%s: not Ready on this build's control plane after the upgrade: %v (status.controlPlaneNamespace %q)", vc.Name, err, got.Status.ControlPlaneNamespace)
+		}
+		if got.Status.ControlPlaneNamespace != ns {
+			t.Errorf("%s, made by the previous release: status.controlPlaneNamespace %q, want its own namespace %s", vc.Name, got.Status.ControlPlaneNamespace, ns)
 		}
 		tenant := tenantClient(t, downloadKubeconfig(t, ctx, vc))
 		eventually(t, vc.Name+"'s objects after the upgrade", time.Minute, func() error {
@@ -121,6 +130,11 @@ func TestOperatorUpgrade(t *testing.T) {
 		})
 	}
 	t.Logf("upgraded, both tenants Ready on this build with their objects, in %s", time.Since(start).Round(100*time.Millisecond))
+	// Nothing of theirs moved: the namespace has no control-plane namespace yet.
+	cpNS := naming.ControlPlaneNamespace(ns)
+	if err := host.Get(ctx, client.ObjectKey{Name: cpNS}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the control-plane namespace %s exists, with only the previous release's tenants in %s: %v", cpNS, ns, err)
+	}
 
 	now := etcdPod(t, ctx, eph)
 	if now.UID != etcdBefore[eph.Name].UID {
@@ -128,16 +142,32 @@ func TestOperatorUpgrade(t *testing.T) {
 	}
 	t.Logf("ephemeral tenant's etcd pod %s kept, still on %s", now.Name, now.Spec.Containers[0].Image)
 	// The tenant with a volume claim rolls its etcd onto the new image, with its data.
+	pvcNS := controlPlaneNamespace(t, ctx, pvc)
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p := &corev1.Pod{}
-		err := host.Get(ctx, types.NamespacedName{Namespace: ns, Name: naming.For(pvc.Name).EtcdStatefulSet() + "-0"}, p)
+		err := host.Get(ctx, types.NamespacedName{Namespace: pvcNS, Name: naming.For(pvc.Name).EtcdStatefulSet() + "-0"}, p)
 		return err == nil && p.Spec.Containers[0].Image == image && podutils.IsPodReady(p), nil
 	})
 	if err != nil {
 		t.Errorf("the claim tenant's etcd did not roll onto %s: %v", image, err)
 	}
 
-	for _, vc := range tenants {
+	// A tenant made now, next to them, has its control plane in KubeNest's namespace.
+	later := newVC(ns, "later", v1alpha1.ExposureNodePort)
+	if err := host.Create(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitReady(t, ctx, later); got.Status.ControlPlaneNamespace != cpNS {
+		t.Errorf("a tenant made after the upgrade: status.controlPlaneNamespace %q, want %s", got.Status.ControlPlaneNamespace, cpNS)
+	}
+	if p := etcdPod(t, ctx, later); p.Namespace != cpNS {
+		t.Errorf("a tenant made after the upgrade has its etcd in %s, want %s", p.Namespace, cpNS)
+	}
+	kubectl(t, "--kubeconfig", downloadKubeconfig(t, ctx, later), "get", "namespace", "kube-system")
+
+	// The new tenant goes first: the control-plane namespace made for it must still go once
+	// the namespace's last tenant, one of the previous release's, is gone.
+	for _, vc := range []*v1alpha1.VirtualCluster{later, pvc, eph} {
 		deleteAndCheckGone(t, ctx, vc)
 	}
 	// Every other tenant of the cluster (the demo's) went through the same, and is Ready.
@@ -173,10 +203,11 @@ func helmUpgrade(t *testing.T, chart, tag string) {
 	t.Logf("KubeNest %s from %s", tag, chart)
 }
 
+// etcdPod is vc's first etcd member's pod, in its control-plane namespace.
 func etcdPod(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualCluster) corev1.Pod {
 	t.Helper()
 	p := corev1.Pod{}
-	if err := host.Get(ctx, types.NamespacedName{Namespace: vc.Namespace, Name: naming.For(vc.Name).EtcdStatefulSet() + "-0"}, &p); err != nil {
+	if err := host.Get(ctx, types.NamespacedName{Namespace: controlPlaneNamespace(t, ctx, vc), Name: naming.For(vc.Name).EtcdStatefulSet() + "-0"}, &p); err != nil {
 		t.Fatal(err)
 	}
 	return p

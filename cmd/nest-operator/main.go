@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -69,7 +70,7 @@ func run() error {
 		wakeAddress                                    string
 		namespace                                      string
 		issuers                                        string
-		sharedQuota                                    string
+		sharedQuota, copyBytes                         string
 	)
 	fs := flag.CommandLine
 	fs.Usage = func() {
@@ -104,6 +105,7 @@ Flags:
 	fs.StringVar(&virtualNodeAddress, "virtual-node-address", os.Getenv("POD_IP"), "IP tenants' apiservers reach the shared virtual nodes' kubelet API at: this pod's IP (the chart sets $POD_IP). Empty runs no virtual node.")
 	fs.StringVar(&wakeAddress, "wake-gateway-address", os.Getenv("POD_IP"), "IP the host's Services reach this pod's wake gateway at, which holds a sleeping tenant's first connection while it wakes: this pod's IP (the chart sets $POD_IP). Empty: a sleeping tenant's endpoint refuses connections, and only spec.sleep.asleep wakes it.")
 	fs.StringVar(&sharedQuota, "shared-node-quota", "", "Each tenant's share of the host's shared nodes: the most its pods on the shared virtual node may request together, as comma-separated name=quantity pairs (cpu=2,memory=4Gi,pods=110; any resource a pod requests, such as ephemeral-storage or nvidia.com/gpu, and pods, their number). The virtual node's allocatable resources are the host's within it, so the tenant's scheduler places no more; a pod bound to the node that does not fit fails with reason OutOf<resource>, as on a full kubelet, and an in-place resize that does not fit is not made. A VirtualCluster's spec.nodes.sharedQuota, which only a host user with the verb grant-shared-quota may set, replaces it for the resources it names. Empty: every tenant may take all the shared nodes have.")
+	fs.StringVar(&copyBytes, "shared-node-copy-bytes", "32Mi", "Most bytes of each tenant's ConfigMaps and Secrets that its pods on the shared virtual node may have copied into the host (a quantity: 32Mi, 1Gi), their keys and values counted: what a tenant can add to the host's etcd that way. A pod whose ConfigMaps and Secrets would take it past this fails with reason "+clustertree.ReasonCopyBudget+", and a change that would grow a copy past it is not copied. 0: no bound.")
 	fs.StringVar(&virtualNodeName, "virtual-node-name", "kubenest-shared", "Name of the shared virtual node in every tenant.")
 	fs.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "kubenest-system"), "The operator's own namespace, where lent nodes' join Secrets go.")
 	fs.BoolVar(&settings.ControlPlanesOnLendableNodes, "control-planes-on-lendable-nodes", false, "Let tenant etcd and control-plane pods run on nodes labelled "+v1alpha1.LabelLendable+"=true when the other nodes have no room (the scheduler still prefers the others). A node that runs one is never lent. Off, they run only on nodes without the label, and wait Pending when those are full.")
@@ -136,6 +138,10 @@ Flags:
 	quota, err := clustertree.ParseQuota(sharedQuota)
 	if err != nil {
 		return fmt.Errorf("--shared-node-quota: %w", err)
+	}
+	copyLimit, err := resource.ParseQuantity(copyBytes)
+	if err != nil || copyLimit.Sign() < 0 {
+		return fmt.Errorf("--shared-node-copy-bytes %q: not a quantity of bytes such as 32Mi", copyBytes)
 	}
 	ctrl.SetLogger(klog.Background())
 	log := ctrl.Log.WithName("setup")
@@ -205,11 +211,12 @@ Flags:
 			return fmt.Errorf("--virtual-node-address %q is not an IP address", virtualNodeAddress)
 		}
 		shared = &virtualcluster.SharedNodes{
-			Manager:  clustertree.NewManager(ctx),
-			Host:     cfg,
-			Address:  virtualNodeAddress,
-			NodeName: virtualNodeName,
-			Quota:    quota,
+			Manager:   clustertree.NewManager(ctx),
+			Host:      cfg,
+			Address:   virtualNodeAddress,
+			NodeName:  virtualNodeName,
+			Quota:     quota,
+			CopyBytes: copyLimit.Value(),
 		}
 	} else {
 		log.Info("no --virtual-node-address (nor $POD_IP): tenants asking for the shared node will not get one")

@@ -760,6 +760,61 @@ func TestSync(t *testing.T) {
 		waitHostPod(t, ctx, hc, clustertree.HostName(vcName, tenantNS, "next"))
 	})
 
+	t.Run("a pod whose ConfigMaps would take the tenant's copies past its budget fails, and the host gets no more", func(t *testing.T) {
+		// The budget is 256 KiB (startNode): one 100 KiB ConfigMap fits beside the small
+		// copies of the other subtests, three do not.
+		big := strings.Repeat("x", 100<<10)
+		for _, name := range []string{"big-a", "big-b", "big-c"} {
+			mustCreate(t, func() error {
+				_, err := tc.CoreV1().ConfigMaps(tenantNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"blob": big}}, metav1.CreateOptions{})
+				return err
+			})
+		}
+		mounting := func(name string, cms ...string) *corev1.Pod {
+			p := webPod()
+			p.Name = name
+			for _, cm := range cms {
+				p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: cm, VolumeSource: corev1.VolumeSource{
+					ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}}})
+			}
+			return p
+		}
+		createTenantPod(t, ctx, tc, mounting("within", "big-a"))
+		waitHostPod(t, ctx, hc, clustertree.HostName(vcName, tenantNS, "within"))
+		createTenantPod(t, ctx, tc, mounting("past", "big-b", "big-c"))
+		var got *corev1.Pod
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			var err error
+			got, err = tc.CoreV1().Pods(tenantNS).Get(ctx, "past", metav1.GetOptions{})
+			return err == nil && got.Status.Phase == corev1.PodFailed, nil
+		})
+		if err != nil || got.Status.Reason != clustertree.ReasonCopyBudget || !strings.Contains(got.Status.Message, "--shared-node-copy-bytes") {
+			t.Fatalf("the pod past the budget: %v, status %s: %s", err, got.Status.Reason, got.Status.Message)
+		}
+		t.Logf("refused: %s", got.Status.Message)
+		if _, err := hc.CoreV1().Pods(hostNS).Get(ctx, clustertree.HostName(vcName, tenantNS, "past"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a host pod exists for the pod past the budget: %v", err)
+		}
+		var copied int
+		cms, err := hc.CoreV1().ConfigMaps(hostNS).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cm := range cms.Items {
+			for k, v := range cm.Data {
+				copied += len(k) + len(v)
+			}
+		}
+		if copied > 256<<10 {
+			t.Errorf("the host holds %d bytes of the tenant's ConfigMaps, past the budget of %d", copied, 256<<10)
+		}
+		for _, name := range []string{"within", "past"} {
+			if err := tc.CoreV1().Pods(tenantNS).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
 	t.Run("restart rebuilds from both sides", func(t *testing.T) {
 		stop()
 		// While no node runs: a tenant pod is created, and an orphan host pod appears.
@@ -842,7 +897,9 @@ func startNode(t *testing.T, host, tenant *testenv.Env) func() {
 					corev1.ResourcePods: resource.MustParse("110")}, nil
 			},
 			// The tenant's share: 3 of the 4 CPUs; more memory than the host has.
-			Quota:          corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("16Gi")},
+			Quota: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("16Gi")},
+			// The bytes of its ConfigMaps and Secrets the host may hold.
+			CopyBytes:      256 << 10,
 			KubeletVersion: "v1.36.3", Workers: 2, SyncPeriod: time.Second,
 		})
 	}()

@@ -191,6 +191,9 @@ func (p *provider) deleteCopy(ctx context.Context, ref tenantRef, hostName strin
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("deleting host %s %s, whose tenant object is gone: %w", ref.kind, hostName, err)
 	}
+	if err == nil || apierrors.IsNotFound(err) {
+		p.copies.release(ref.kind, hostName)
+	}
 	p.log.V(1).Info("deleted a host copy whose tenant object is gone", "kind", ref.kind, "name", hostName)
 	return nil
 }

@@ -96,6 +96,9 @@ type Config struct {
 	// allocatable resources, and what clustertree admits pods against (quota.go). Nil: all the
 	// host's shared capacity.
 	Quota corev1.ResourceList
+	// CopyBytes bounds the bytes of the host copies of the tenant's ConfigMaps and Secrets its
+	// pods on the virtual node refer to (copybudget.go). 0: no bound.
+	CopyBytes int64
 	// HostsImage holds nest-hosts (the KubeNest image), pulled with HostsImagePullPolicy: the
 	// /etc/hosts writer of pods with a subdomain (Translator.HostsImage).
 	HostsImage           string
@@ -220,6 +223,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	mux := http.NewServeMux()
 	var prov *provider
+	copies := newCopyBudget(cfg.CopyBytes) // counted once the host copies' cache is synced
 	vkTenant := &statusOnlyClient{Interface: tenant, meta: tenantMeta}
 	vnode, err := nodeutil.NewNode(cfg.NodeName, func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
 		prov = &provider{
@@ -228,7 +232,7 @@ func Run(ctx context.Context, cfg Config) error {
 			host:  host, hostREST: cfg.Host, hostPods: hostPods.Lister(), hostPodIndex: hostPods.Informer().GetIndexer(), tenant: tenant,
 			tenantPods: pc.Pods, tenantConfigMaps: pc.ConfigMaps, tenantSecrets: pc.Secrets, tenantServices: pc.Services,
 			recorder: recorder, log: log, refused: map[string]*corev1.Pod{},
-			quota: cfg.Quota, admitted: map[types.UID]admission{},
+			quota: cfg.Quota, admitted: map[types.UID]admission{}, copies: copies,
 			unreferencedGrace: max(cfg.SyncPeriod, 5*time.Second), wokeAt: cfg.WokeAt,
 		}
 		vkTenant.pods = pc.Pods
@@ -277,6 +281,13 @@ func Run(ctx context.Context, cfg Config) error {
 		if !ok {
 			return fmt.Errorf("host %v cache did not sync", typ)
 		}
+	}
+	for kind, copied := range map[string]cache.GenericLister{kindConfigMap: hostConfigMaps.Lister(), kindSecret: hostSecrets.Lister()} {
+		objs, err := metadataObjects(copied.List(labels.Everything()))
+		if err != nil {
+			return err
+		}
+		copies.count(kind, objs)
 	}
 	factories := []informers.SharedInformerFactory{hostInformers}
 	var controlPlane cache.SharedIndexInformer

@@ -68,6 +68,8 @@ type provider struct {
 	quota    corev1.ResourceList
 	admitMu  sync.Mutex
 	admitted map[types.UID]admission
+	// copies counts the bytes of the host copies of the tenant's objects (copybudget.go).
+	copies *copyBudget
 
 	mu     sync.Mutex
 	notify func(*corev1.Pod)
@@ -163,7 +165,13 @@ func (p *provider) createPod(ctx context.Context, pod *corev1.Pod) (err error) {
 		}
 	}()
 	hostPod.OwnerReferences = []metav1.OwnerReference{p.owner}
-	if err := p.syncRefs(ctx, pod, hostName, refs); err != nil {
+	var over *copyBudgetError
+	if err := p.syncRefs(ctx, pod, hostName, refs); errors.As(err, &over) {
+		// Copies it made before the one that did not fit go once no pod refers to them.
+		p.forget(pod.UID)
+		p.refuse(pod, ReasonCopyBudget, over.Error())
+		return nil
+	} else if err != nil {
 		return err
 	}
 	ephemeral := hostPod.Spec.EphemeralContainers

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -71,12 +72,21 @@ func (p *provider) copyMeta(tenant metav1.ObjectMeta) metav1.ObjectMeta {
 func (p *provider) upsertConfigMap(ctx context.Context, tenant *corev1.ConfigMap) error {
 	want := &corev1.ConfigMap{ObjectMeta: p.copyMeta(tenant.ObjectMeta), Data: tenant.Data, BinaryData: tenant.BinaryData}
 	want.OwnerReferences = []metav1.OwnerReference{p.owner}
+	size := dataBytes(want.Data) + dataBytes(want.BinaryData)
+	want.Annotations[annotationCopyBytes] = strconv.FormatInt(size, 10)
 	client := p.host.CoreV1().ConfigMaps(p.tr.HostNamespace)
 	current, err := client.Get(ctx, want.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		undo, err := p.copies.reserveCopy(kindConfigMap, &want.ObjectMeta, size)
+		if err != nil {
+			return err
+		}
 		_, err = client.Create(ctx, want, metav1.CreateOptions{FieldManager: fieldManager})
 		if apierrors.IsAlreadyExists(err) {
 			return nil
+		}
+		if err != nil {
+			undo()
 		}
 		return err
 	}
@@ -89,8 +99,14 @@ func (p *provider) upsertConfigMap(ctx context.Context, tenant *corev1.ConfigMap
 	if maps.Equal(current.Data, want.Data) && mapsEqualBytes(current.BinaryData, want.BinaryData) && maps.Equal(current.Annotations, want.Annotations) {
 		return nil
 	}
+	undo, err := p.copies.reserveCopy(kindConfigMap, &want.ObjectMeta, size)
+	if err != nil {
+		return err
+	}
 	current.Data, current.BinaryData, current.Annotations = want.Data, want.BinaryData, want.Annotations
-	_, err = client.Update(ctx, current, metav1.UpdateOptions{FieldManager: fieldManager})
+	if _, err = client.Update(ctx, current, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+		undo()
+	}
 	return err
 }
 
@@ -101,12 +117,21 @@ func (p *provider) upsertSecret(ctx context.Context, meta metav1.ObjectMeta, typ
 		// The host would fill it with a host token: the copy is opaque.
 		want.Type = corev1.SecretTypeOpaque
 	}
+	size := dataBytes(want.Data)
+	want.Annotations[annotationCopyBytes] = strconv.FormatInt(size, 10)
 	client := p.host.CoreV1().Secrets(p.tr.HostNamespace)
 	current, err := client.Get(ctx, want.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		undo, err := p.copies.reserveCopy(kindSecret, &want.ObjectMeta, size)
+		if err != nil {
+			return err
+		}
 		_, err = client.Create(ctx, want, metav1.CreateOptions{FieldManager: fieldManager})
 		if apierrors.IsAlreadyExists(err) {
 			return nil
+		}
+		if err != nil {
+			undo()
 		}
 		return err
 	}
@@ -119,8 +144,14 @@ func (p *provider) upsertSecret(ctx context.Context, meta metav1.ObjectMeta, typ
 	if mapsEqualBytes(current.Data, want.Data) && maps.Equal(current.Annotations, want.Annotations) {
 		return nil
 	}
+	undo, err := p.copies.reserveCopy(kindSecret, &want.ObjectMeta, size)
+	if err != nil {
+		return err
+	}
 	current.Data, current.Annotations = want.Data, want.Annotations
-	_, err = client.Update(ctx, current, metav1.UpdateOptions{FieldManager: fieldManager})
+	if _, err = client.Update(ctx, current, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+		undo()
+	}
 	return err
 }
 
@@ -302,6 +333,7 @@ func (p *provider) collect(ctx context.Context, o metav1.Object, kind string, de
 	if err := del(); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting unused host %s %s: %w", kind, o.GetName(), err)
 	}
+	p.copies.release(kind, o.GetName())
 	p.log.V(1).Info("deleted a host copy no pod uses", "kind", kind, "name", o.GetName())
 	return nil
 }

@@ -40,6 +40,9 @@ type SharedNodes struct {
 	// Quota is each tenant's share of the shared nodes (clustertree.Config.Quota); nil: all of
 	// them.
 	Quota corev1.ResourceList
+	// CopyBytes bounds each tenant's host copies of its ConfigMaps and Secrets
+	// (clustertree.Config.CopyBytes); 0: no bound.
+	CopyBytes int64
 }
 
 // podSecurityLevel is the Pod Security level every VirtualCluster's namespace enforces: no host
@@ -168,6 +171,7 @@ func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI,
 		TenantAddresses:       func(ctx context.Context) ([]netip.Prefix, error) { return r.tenantAddresses(ctx, vc) },
 		Capacity:              r.sharedCapacity,
 		Quota:                 quota,
+		CopyBytes:             r.SharedNodes.CopyBytes,
 		HostsImage:            r.Settings.Image,
 		HostsImagePullPolicy:  r.Settings.ImagePullPolicy,
 		KubeletVersion:        version.KubernetesVersion(),

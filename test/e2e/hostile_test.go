@@ -645,6 +645,63 @@ func TestHostileTenant(t *testing.T) {
 		}
 	})
 
+	t.Run("ConfigMaps by the dozen megabytes, copied into the host's etcd by its pods on the shared node", func(t *testing.T) {
+		// Each ConfigMap a pod on the shared node mounts is copied into the host. 40 of about
+		// 0.9 MB each, mounted by one pod, would be 36 MB in the host's etcd; 110 such pods
+		// would fill its quota, and every write of the host would be refused. The platform's
+		// budget per tenant (chart value operator.sharedNodeCopyBytes, 32Mi) refuses the pod.
+		blob := strings.Repeat("k", 900_000)
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "hoarder", Namespace: "default"},
+			Spec: corev1.PodSpec{NodeName: sharedNode, TerminationGracePeriodSeconds: ptr.To[int64](1),
+				Containers: []corev1.Container{{Name: "main", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}}}},
+		}
+		for i := range 40 {
+			name := fmt.Sprintf("hoard-%02d", i)
+			if _, err := evil.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"blob": blob}}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{
+				ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}})
+		}
+		defer func() {
+			_ = evil.CoreV1().Pods("default").Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
+			for i := range 40 {
+				_ = evil.CoreV1().ConfigMaps("default").Delete(context.Background(), fmt.Sprintf("hoard-%02d", i), metav1.DeleteOptions{})
+			}
+		}()
+		if _, err := evil.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got := &corev1.Pod{}
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			var err error
+			got, err = evil.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+			return err == nil && got.Status.Phase == corev1.PodFailed, nil
+		})
+		if err != nil || got.Status.Reason != clustertree.ReasonCopyBudget {
+			t.Fatalf("a pod mounting 36 MB of ConfigMaps: phase %s, reason %q (%v); want Failed, %s", got.Status.Phase, got.Status.Reason, err, clustertree.ReasonCopyBudget)
+		}
+		t.Logf("refused: %s", got.Status.Message)
+		if err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: clustertree.HostName(attacker.Name, "default", pod.Name)}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the host has a pod for the refused one: %v", err)
+		}
+		copies := &corev1.ConfigMapList{}
+		if err := host.List(ctx, copies, client.InNamespace(nsA), client.MatchingLabels{clustertree.LabelOrigin: clustertree.OriginClusterTree}); err != nil {
+			t.Fatal(err)
+		}
+		held := 0
+		for _, cm := range copies.Items {
+			for k, v := range cm.Data {
+				held += len(k) + len(v)
+			}
+		}
+		t.Logf("the host holds %d bytes of the attacker's ConfigMaps (%d copies)", held, len(copies.Items))
+		if held > 32<<20 {
+			t.Errorf("the host holds %d bytes of the attacker's ConfigMaps, past the 32Mi budget", held)
+		}
+	})
+
 	t.Run("a cert-manager issuer the platform does not allow", func(t *testing.T) {
 		minted := newVC(nsA, "minted", v1alpha1.ExposureClusterIP)
 		minted.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "platform-root-issuer", Kind: "ClusterIssuer"}}

@@ -22,8 +22,8 @@ import (
 // key, so every leaf the CA signed stays valid and every client that trusts it keeps working.
 // The issued Secret carries the VirtualCluster's labels, so the operator sees it change.
 //
-// The CA is a platform issuer's intermediate whose key lives in the tenant's namespace, so it
-// is constrained to the tenant's own names (permitted, CANameConstraints): whatever a tenant
+// The CA is a platform issuer's intermediate, a key a tenant's control plane holds, so it is
+// constrained to the tenant's own names (permitted, CANameConstraints): whatever a tenant
 // signs with it for another name, a client that trusts the platform's root refuses. A path
 // length limit would be asked for too, but cert-manager sets none on the certificates it
 // issues (v1.21: the basic constraints of a Certificate carry isCA only); name constraints

@@ -165,8 +165,8 @@ func (p IssuerPattern) String() string {
 }
 
 // IssuerAllowList are the issuers the platform lets tenants use for their cluster CA. Empty,
-// the default, allows none: an issuer hands a tenant an intermediate CA whose key sits in the
-// tenant's namespace, so the platform chooses which of its issuers may do that.
+// the default, allows none: an issuer hands a tenant an intermediate CA, whose certificates
+// the tenant's admin holds, so the platform chooses which of its issuers may do that.
 type IssuerAllowList []IssuerPattern
 
 // ParseIssuerAllowList reads a comma-separated list of patterns, such as

@@ -1,6 +1,6 @@
 // Package virtualcluster reconciles VirtualClusters: it issues each tenant's certificates, runs
-// its etcd and control plane as pods in the VirtualCluster's namespace, checks the tenant's
-// apiserver answers, and writes the admin kubeconfig Secret.
+// its etcd and control plane as pods in the control-plane namespace (cpnamespace.go), checks
+// the tenant's apiserver answers, and writes the admin kubeconfig Secret.
 package virtualcluster
 
 import (

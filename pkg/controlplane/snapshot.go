@@ -147,9 +147,13 @@ func SnapshotClaim(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSna
 	}
 }
 
+// ComponentSnapshot is the component label of what is made for a snapshot: its claim, job and
+// credentials, which are the snapshot's and outlive the VirtualCluster it was taken of.
+const ComponentSnapshot = "snapshot"
+
 // SnapshotLabels label what is made for snap, a snapshot of vc.
 func SnapshotLabels(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSnapshot) map[string]string {
-	l := naming.For(vc.Name).Labels("snapshot")
+	l := naming.For(vc.Name).Labels(ComponentSnapshot)
 	if Namespace(vc) != snap.Namespace {
 		l[naming.LabelVirtualClusterNamespace] = vc.Namespace
 		l[LabelSnapshotUID] = string(snap.UID)

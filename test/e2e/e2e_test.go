@@ -24,7 +24,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -453,7 +455,12 @@ func deleteAndCheckGone(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualC
 	if err != nil {
 		t.Fatalf("%s not deleted: %v", vc.Name, err)
 	}
-	sel := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
+	// Its snapshots' claims and jobs are theirs, and stay.
+	notSnapshots, err := labels.NewRequirement(naming.LabelComponent, selection.NotEquals, []string{controlplane.ComponentSnapshot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel := client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(labels.Set{naming.LabelVirtualCluster: vc.Name}).Add(*notSnapshots)}
 	for _, ns := range slices.Compact([]string{cpNS, vc.Namespace}) {
 		for _, l := range []client.ObjectList{&corev1.SecretList{}, &corev1.ServiceList{}, &corev1.PodList{},
 			&corev1.PersistentVolumeClaimList{}, &appsv1.StatefulSetList{}, &appsv1.DeploymentList{},
@@ -483,8 +490,12 @@ func deleteAndCheckGone(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualC
 	if err := host.List(ctx, left, client.InNamespace(vc.Namespace)); err != nil {
 		t.Fatal(err)
 	}
-	if len(left.Items) > 0 {
-		return
+	snaps := &v1alpha1.VirtualClusterSnapshotList{}
+	if err := host.List(ctx, snaps, client.InNamespace(vc.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	if len(left.Items) > 0 || len(snaps.Items) > 0 {
+		return // the control-plane namespace holds their control planes, or their snapshots
 	}
 	shared := naming.ControlPlaneNamespace(vc.Namespace)
 	n := &corev1.Namespace{}

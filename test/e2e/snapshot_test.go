@@ -305,6 +305,44 @@ func TestSnapshotRestore(t *testing.T) {
 		deleteAndCheckGone(t, ctx, vc)
 	})
 
+	t.Run("a snapshot outlives its tenant, which comes back from it", func(t *testing.T) {
+		// The tenant is deleted (by mistake, say); its snapshot on a volume claim stays, with
+		// the control-plane namespace that holds it, and a new tenant is made from it.
+		brief := newVC(ns, "brief", v1alpha1.ExposureNodePort)
+		if err := host.Create(ctx, brief); err != nil {
+			t.Fatal(err)
+		}
+		brief = waitReady(t, ctx, brief)
+		if _, err := tenantClient(t, downloadKubeconfig(t, ctx, brief)).CoreV1().ConfigMaps("default").Create(ctx,
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept"}, Data: map[string]string{"k": "v"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		s := &v1alpha1.VirtualClusterSnapshot{ObjectMeta: metav1.ObjectMeta{Name: "brief-1", Namespace: ns},
+			Spec: v1alpha1.VirtualClusterSnapshotSpec{VirtualClusterName: brief.Name}}
+		if err := host.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		waitSnapshot(t, ctx, s, v1alpha1.SnapshotSucceeded)
+		deleteAndCheckGone(t, ctx, brief)
+		claim := &corev1.PersistentVolumeClaim{}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: cpNS, Name: controlplane.SnapshotClaimName(s.Name)}, claim); err != nil {
+			t.Fatalf("the snapshot's claim after its tenant was deleted: %v", err)
+		}
+		again := newVC(ns, "brief-again", v1alpha1.ExposureNodePort)
+		again.Spec.Restore = &v1alpha1.RestoreSpec{SnapshotName: s.Name}
+		if err := host.Create(ctx, again); err != nil {
+			t.Fatal(err)
+		}
+		again = waitReady(t, ctx, again)
+		if cm, err := tenantClient(t, downloadKubeconfig(t, ctx, again)).CoreV1().ConfigMaps("default").Get(ctx, "kept", metav1.GetOptions{}); err != nil || cm.Data["k"] != "v" {
+			t.Errorf("ConfigMap kept of the deleted tenant, in the one made from its snapshot: %v", err)
+		}
+		deleteAndCheckGone(t, ctx, again)
+		if err := host.Delete(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("the restored tenant keeps its data when the snapshot goes", func(t *testing.T) {
 		if err := host.Delete(ctx, snap); err != nil {
 			t.Fatal(err)

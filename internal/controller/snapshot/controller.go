@@ -30,6 +30,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/controller/condition"
+	"github.com/kubenest-io/kubenest/internal/controller/cpnamespace"
 	"github.com/kubenest-io/kubenest/internal/etcdsnapshot"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
@@ -86,8 +87,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 // Reconcile takes one snapshot, once.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	snap := &v1alpha1.VirtualClusterSnapshot{}
-	if err := r.Client.Get(ctx, req.NamespacedName, snap); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	if err := r.Client.Get(ctx, req.NamespacedName, snap); apierrors.IsNotFound(err) {
+		// Deleted with others of the namespace, each of which saw the others on its way out.
+		return reconcile.Result{}, cpnamespace.RemoveIfUnused(ctx, r.Client, r.APIReader, req.Namespace, "")
+	} else if err != nil {
+		return reconcile.Result{}, err
 	}
 	if !snap.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, r.remove(ctx, snap)
@@ -329,6 +333,10 @@ func (r *Reconciler) remove(ctx context.Context, snap *v1alpha1.VirtualClusterSn
 		if err := r.deleteMadeFor(ctx, snap, it.obj, it.name); err != nil {
 			return err
 		}
+	}
+	// The tenants of the namespace gone, the last snapshot takes the control-plane namespace.
+	if err := cpnamespace.RemoveIfUnused(ctx, r.Client, r.APIReader, snap.Namespace, snap.UID); err != nil {
+		return err
 	}
 	patch := client.MergeFrom(snap.DeepCopy())
 	controllerutil.RemoveFinalizer(snap, v1alpha1.FinalizerSnapshot)

@@ -293,4 +293,33 @@ func TestSnapshotInControlPlaneNamespace(t *testing.T) {
 		// And the tenant's own Secret.
 		get(t, ctx, c, ns, creds.Name, &corev1.Secret{})
 	})
+
+	t.Run("a snapshot keeps the control-plane namespace after its tenant, and the last one takes it", func(t *testing.T) {
+		last := snapshotOf(vc, "last", nil)
+		if err := c.Create(ctx, last); err != nil {
+			t.Fatal(err)
+		}
+		waitSnapshot(t, ctx, c, last.Name, func(s *v1alpha1.VirtualClusterSnapshot) bool {
+			return slices.Contains(s.Finalizers, v1alpha1.FinalizerSnapshot)
+		})
+		if err := c.Delete(ctx, vc); err != nil {
+			t.Fatal(err)
+		}
+		cp := &corev1.Namespace{}
+		get(t, ctx, c, "", cpNS, cp)
+		if !cp.DeletionTimestamp.IsZero() {
+			t.Fatalf("namespace %s is being deleted while snapshot %s holds its claim there", cpNS, last.Name)
+		}
+		get(t, ctx, c, cpNS, controlplane.SnapshotClaimName(last.Name), &corev1.PersistentVolumeClaim{})
+		if err := c.Delete(ctx, last); err != nil {
+			t.Fatal(err)
+		}
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			err := c.Get(ctx, client.ObjectKey{Name: cpNS}, cp)
+			return apierrors.IsNotFound(err) || (err == nil && !cp.DeletionTimestamp.IsZero()), nil
+		})
+		if err != nil {
+			t.Errorf("namespace %s is not being deleted after the namespace's last snapshot went, with no tenant left: %v", cpNS, err)
+		}
+	})
 }

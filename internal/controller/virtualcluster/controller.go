@@ -37,6 +37,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/controller/condition"
+	"github.com/kubenest-io/kubenest/internal/controller/cpnamespace"
 	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/internal/tenantclient"
 	"github.com/kubenest-io/kubenest/internal/wakegate"
@@ -194,7 +195,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if apierrors.IsNotFound(err) {
 			r.applier.Forget(req.NamespacedName)
 			r.Starts.Done(req.NamespacedName)
-			return reconcile.Result{}, r.removeControlPlaneNamespace(ctx, req.Namespace, "")
+			return reconcile.Result{}, cpnamespace.RemoveIfUnused(ctx, r.Client, r.APIReader, req.Namespace, "")
 		}
 		return reconcile.Result{}, err
 	}

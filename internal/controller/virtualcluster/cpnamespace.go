@@ -7,11 +7,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/cpnamespace"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
@@ -51,48 +51,10 @@ func (r *Reconciler) controlPlaneNamespace(ctx context.Context, vc *v1alpha1.Vir
 		return "", "", fmt.Errorf("reading the control-plane namespace %s: %w", name, err)
 	}
 	if !ns.DeletionTimestamp.IsZero() {
-		return ReasonNamespaceTerminating, fmt.Sprintf("the control-plane namespace %s is being deleted (the namespace's last tenant went); it is made again once it is gone", name), nil
+		return ReasonNamespaceTerminating, fmt.Sprintf("the control-plane namespace %s is being deleted (the namespace's last tenant and snapshot went); it is made again once it is gone", name), nil
 	}
-	if !ownControlPlaneNamespace(ns, vc.Namespace) {
+	if !cpnamespace.Ours(ns, vc.Namespace) {
 		return ReasonNamespaceTaken, fmt.Sprintf("namespace %s exists and was not made by KubeNest for namespace %s: the tenant's keys are never put where others may read them; remove it, or ask the platform team", name, vc.Namespace), nil
 	}
 	return "", "", nil
-}
-
-// ownControlPlaneNamespace says whether ns is the control-plane namespace KubeNest made for
-// the tenants of namespace tenants. The chart's admission policy lets nobody but the operator
-// create a namespace of that name; its labels tell one made before the policy was installed.
-func ownControlPlaneNamespace(ns *corev1.Namespace, tenants string) bool {
-	return ns.Name == naming.ControlPlaneNamespace(tenants) &&
-		ns.Labels[naming.LabelManagedBy] == naming.ManagedByValue &&
-		ns.Labels[naming.LabelVirtualClusterNamespace] == tenants
-}
-
-// removeControlPlaneNamespace deletes the control-plane namespace of namespace tenants once no
-// VirtualCluster but the one of UID going is left there (what snapshots kept there goes too).
-// The reconciler calls it when a VirtualCluster has nothing left in the host, and again once
-// it is gone: two deleted together each see the other on the first call.
-func (r *Reconciler) removeControlPlaneNamespace(ctx context.Context, tenants string, going types.UID) error {
-	name := naming.ControlPlaneNamespace(tenants)
-	vcs := &v1alpha1.VirtualClusterList{}
-	if err := r.APIReader.List(ctx, vcs, client.InNamespace(tenants)); err != nil {
-		return fmt.Errorf("listing the namespace's VirtualClusters: %w", err)
-	}
-	for _, other := range vcs.Items {
-		if other.UID != going {
-			return nil
-		}
-	}
-	ns := &corev1.Namespace{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if !ownControlPlaneNamespace(ns, tenants) || !ns.DeletionTimestamp.IsZero() {
-		return nil
-	}
-	if err := r.Client.Delete(ctx, ns, client.Preconditions{UID: &ns.UID}); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("deleting the control-plane namespace %s: %w", name, err)
-	}
-	ctrl.LoggerFrom(ctx).Info("control-plane namespace deleted: its namespace has no tenant left", "namespace", name)
-	return nil
 }

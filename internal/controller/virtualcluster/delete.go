@@ -10,6 +10,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/internal/controller/condition"
+	"github.com/kubenest-io/kubenest/internal/controller/cpnamespace"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
@@ -72,7 +75,13 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 	if err := r.releaseServiceCIDR(ctx, vc); err != nil {
 		return reconcile.Result{}, err
 	}
-	selector := client.MatchingLabels{naming.LabelVirtualCluster: vc.Name}
+	// Its snapshots' claims, jobs and credentials are theirs: a snapshot outlives its tenant,
+	// and goes when it is deleted (package snapshot).
+	notSnapshots, err := labels.NewRequirement(naming.LabelComponent, selection.NotEquals, []string{controlplane.ComponentSnapshot})
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	selector := client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(labels.Set{naming.LabelVirtualCluster: vc.Name}).Add(*notSnapshots)}
 	remaining := 0
 	for _, ns := range slices.Compact([]string{controlplane.Namespace(vc), vc.Namespace}) {
 		for _, k := range tenantKinds {
@@ -100,7 +109,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 		log.V(1).Info("waiting for the tenant's host objects to go", "remaining", remaining)
 		return r.deleting(ctx, vc, fmt.Sprintf("deleting the tenant: %d host objects remain", remaining))
 	}
-	if err := r.removeControlPlaneNamespace(ctx, vc.Namespace, vc.UID); err != nil {
+	if err := cpnamespace.RemoveIfUnused(ctx, r.Client, r.APIReader, vc.Namespace, vc.UID); err != nil {
 		return reconcile.Result{}, err
 	}
 	patch := client.MergeFrom(vc.DeepCopy())

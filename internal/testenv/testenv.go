@@ -27,9 +27,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
 	apiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
 	kcmtesting "k8s.io/kubernetes/cmd/kube-controller-manager/app/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
@@ -104,6 +107,23 @@ func Start(t *testing.T, opts Options) *Env {
 		t.Cleanup(kcm.TearDownFn)
 	}
 	return env
+}
+
+// Manager is a controller manager against e's apiserver, with the operator's kinds in its
+// scheme and no metrics or health endpoints, for a test to set the operator's controllers up
+// on and start.
+func (e *Env) Manager(t *testing.T) ctrl.Manager {
+	t.Helper()
+	ctrl.SetLogger(klog.Background())
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme:                 scheme.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mgr
 }
 
 // WriteKubeconfig writes a kubeconfig for the cluster admin into the test's temporary

@@ -10,6 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
@@ -52,22 +55,30 @@ func MadeFor(obj metav1.Object, snap *v1alpha1.VirtualClusterSnapshot) bool {
 	return obj.GetNamespace() == naming.ControlPlaneNamespace(snap.Namespace) && obj.GetLabels()[LabelSnapshotUID] == string(snap.UID)
 }
 
-// S3Credentials is the copy, in the control-plane namespace, of the two keys of the tenant's
-// S3 credentials Secret that snapshot jobs and restores read. The tenant's Secret is theirs to
-// write: it is used as the bucket's credentials and for nothing else.
-func S3Credentials(ns, name string, labels map[string]string, from *corev1.Secret) *corev1.Secret {
+// SnapshotCredentials is the copy, in the control-plane namespace, of the two keys of snap's
+// S3 credentials Secret (from, the tenant's) that its job reads.
+func SnapshotCredentials(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSnapshot, from *corev1.Secret) *corev1.Secret {
+	return s3Credentials(metav1.ObjectMeta{Name: SnapshotCredentialsName(snap.Name), Namespace: Namespace(vc), Labels: SnapshotLabels(vc, snap)}, from)
+}
+
+// RestoreCredentials is the copy, in vc's control-plane namespace, of the two keys of the S3
+// credentials Secret (from, the tenant's) of the snapshot vc is made from, that its etcd
+// members read.
+func RestoreCredentials(vc *v1alpha1.VirtualCluster, from *corev1.Secret) *corev1.Secret {
+	return s3Credentials(objectMeta(vc, RestoreCredentialsName(vc.Name), ""), from)
+}
+
+// s3Credentials copies the bucket's two keys of the tenant's S3 credentials Secret. The
+// tenant's Secret is theirs to write: it is used as the bucket's credentials and for nothing
+// else.
+func s3Credentials(meta metav1.ObjectMeta, from *corev1.Secret) *corev1.Secret {
 	data := map[string][]byte{}
 	for _, k := range []string{s3AccessKeyID, s3SecretAccessKey} {
 		if v, ok := from.Data[k]; ok {
 			data[k] = v
 		}
 	}
-	return &corev1.Secret{
-		TypeMeta:   typeMeta("v1", "Secret"),
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
-		Type:       corev1.SecretTypeOpaque,
-		Data:       data,
-	}
+	return &corev1.Secret{TypeMeta: typeMeta("v1", "Secret"), ObjectMeta: meta, Type: corev1.SecretTypeOpaque, Data: data}
 }
 
 const (
@@ -153,12 +164,19 @@ const ComponentSnapshot = "snapshot"
 
 // SnapshotLabels label what is made for snap, a snapshot of vc.
 func SnapshotLabels(vc *v1alpha1.VirtualCluster, snap *v1alpha1.VirtualClusterSnapshot) map[string]string {
-	l := naming.For(vc.Name).Labels(ComponentSnapshot)
+	l := memberLabels(vc, ComponentSnapshot)
 	if Namespace(vc) != snap.Namespace {
-		l[naming.LabelVirtualClusterNamespace] = vc.Namespace
 		l[LabelSnapshotUID] = string(snap.UID)
 	}
 	return l
+}
+
+// TenantObjects selects the host objects of VirtualCluster vc that go with it: all that carry
+// its name, but what was made for its snapshots, which are theirs and outlive it.
+func TenantObjects(vc string) labels.Selector {
+	notSnapshots, err := labels.NewRequirement(naming.LabelComponent, selection.NotEquals, []string{ComponentSnapshot})
+	utilruntime.Must(err) // a constant's requirement
+	return labels.SelectorFromSet(labels.Set{naming.LabelVirtualCluster: vc}).Add(*notSnapshots)
 }
 
 // SnapshotJob takes the snapshot: nest-controlplane etcd-snapshot, from the etcd client

@@ -108,24 +108,33 @@ func TestMadeFor(t *testing.T) {
 	}
 }
 
-// TestS3Credentials: the copy in the control-plane namespace holds the bucket's two keys and
-// nothing else of the tenant's Secret.
+// TestS3Credentials: the copies in the control-plane namespace (a snapshot job's, a restore's)
+// hold the bucket's two keys and nothing else of the tenant's Secret.
 func TestS3Credentials(t *testing.T) {
 	from := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: vcNS, Labels: map[string]string{"tenant": "label"},
 		Annotations: map[string]string{"tenant": "annotation"}, OwnerReferences: []metav1.OwnerReference{{Name: "x", UID: "y"}}},
 		Type: corev1.SecretTypeDockerConfigJson,
 		Data: map[string][]byte{"accessKeyID": []byte("id"), "secretAccessKey": []byte("secret"), "other": []byte("more")}}
-	labels := map[string]string{naming.LabelVirtualCluster: vcName}
-	c := controlplane.S3Credentials(cpNS, controlplane.SnapshotCredentialsName("snap"), labels, from)
-	if c.Namespace != cpNS || c.Name != "snap-snapshot-s3" || c.Type != corev1.SecretTypeOpaque || len(c.OwnerReferences) != 0 ||
-		len(c.Annotations) != 0 || !maps.Equal(c.Labels, labels) || c.Kind != "Secret" {
-		t.Errorf("copy %+v", c.ObjectMeta)
-	}
-	if len(c.Data) != 2 || string(c.Data["accessKeyID"]) != "id" || string(c.Data["secretAccessKey"]) != "secret" {
-		t.Errorf("copy's data %q, want the two keys only", c.Data)
-	}
-	if got := controlplane.RestoreCredentialsName(vcName); got != "tenant-restore-s3" {
-		t.Errorf("RestoreCredentialsName = %q", got)
+	vc := newVC()
+	snap := snapshotOf(vc, nil)
+	vcLabels := map[string]string{naming.LabelVirtualCluster: vcName, naming.LabelManagedBy: naming.ManagedByValue, naming.LabelVirtualClusterNamespace: vcNS}
+	for _, tt := range []struct {
+		copy   *corev1.Secret
+		name   string
+		labels map[string]string
+	}{
+		{controlplane.SnapshotCredentials(vc, snap, from), "snap-snapshot-s3", map[string]string{naming.LabelVirtualCluster: vcName, naming.LabelManagedBy: naming.ManagedByValue,
+			naming.LabelVirtualClusterNamespace: vcNS, naming.LabelComponent: controlplane.ComponentSnapshot, controlplane.LabelSnapshotUID: "snap-uid"}},
+		{controlplane.RestoreCredentials(vc, from), "tenant-restore-s3", vcLabels},
+	} {
+		c := tt.copy
+		if c.Namespace != cpNS || c.Name != tt.name || c.Type != corev1.SecretTypeOpaque || len(c.OwnerReferences) != 0 ||
+			len(c.Annotations) != 0 || !maps.Equal(c.Labels, tt.labels) || c.Kind != "Secret" {
+			t.Errorf("copy %+v", c.ObjectMeta)
+		}
+		if len(c.Data) != 2 || string(c.Data["accessKeyID"]) != "id" || string(c.Data["secretAccessKey"]) != "secret" {
+			t.Errorf("copy %s's data %q, want the two keys only", c.Name, c.Data)
+		}
 	}
 }
 

@@ -24,9 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -456,11 +454,7 @@ func deleteAndCheckGone(t *testing.T, ctx context.Context, vc *v1alpha1.VirtualC
 		t.Fatalf("%s not deleted: %v", vc.Name, err)
 	}
 	// Its snapshots' claims and jobs are theirs, and stay.
-	notSnapshots, err := labels.NewRequirement(naming.LabelComponent, selection.NotEquals, []string{controlplane.ComponentSnapshot})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sel := client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(labels.Set{naming.LabelVirtualCluster: vc.Name}).Add(*notSnapshots)}
+	sel := client.MatchingLabelsSelector{Selector: controlplane.TenantObjects(vc.Name)}
 	for _, ns := range slices.Compact([]string{cpNS, vc.Namespace}) {
 		for _, l := range []client.ObjectList{&corev1.SecretList{}, &corev1.ServiceList{}, &corev1.PodList{},
 			&corev1.PersistentVolumeClaimList{}, &appsv1.StatefulSetList{}, &appsv1.DeploymentList{},

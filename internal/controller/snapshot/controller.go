@@ -175,8 +175,7 @@ func (r *Reconciler) take(ctx context.Context, snap *v1alpha1.VirtualClusterSnap
 			if err != nil {
 				return fmt.Errorf("reading the S3 credentials Secret: %w", err)
 			}
-			copied := controlplane.S3Credentials(jobKey.Namespace, controlplane.SnapshotCredentialsName(snap.Name), controlplane.SnapshotLabels(vc, snap), creds)
-			if err := r.create(ctx, snap, copied); err != nil {
+			if err := r.create(ctx, snap, controlplane.SnapshotCredentials(vc, snap, creds)); err != nil {
 				return err
 			}
 		}

@@ -10,8 +10,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -77,11 +75,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, vc *v1alpha1.VirtualCl
 	}
 	// Its snapshots' claims, jobs and credentials are theirs: a snapshot outlives its tenant,
 	// and goes when it is deleted (package snapshot).
-	notSnapshots, err := labels.NewRequirement(naming.LabelComponent, selection.NotEquals, []string{controlplane.ComponentSnapshot})
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	selector := client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(labels.Set{naming.LabelVirtualCluster: vc.Name}).Add(*notSnapshots)}
+	selector := client.MatchingLabelsSelector{Selector: controlplane.TenantObjects(vc.Name)}
 	remaining := 0
 	for _, ns := range slices.Compact([]string{controlplane.Namespace(vc), vc.Namespace}) {
 		for _, k := range tenantKinds {

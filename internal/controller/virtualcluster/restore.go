@@ -15,7 +15,6 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
-	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
 // ReasonRestoreWaiting: spec.restore names a snapshot that cannot be restored (yet).
@@ -116,9 +115,7 @@ func (r *Reconciler) restoreCredentials(ctx context.Context, vc *v1alpha1.Virtua
 	if err != nil {
 		return "", "", fmt.Errorf("reading the S3 credentials Secret: %w", err)
 	}
-	labels := naming.For(vc.Name).Labels("")
-	labels[naming.LabelVirtualClusterNamespace] = vc.Namespace
-	copied := controlplane.S3Credentials(home, controlplane.RestoreCredentialsName(vc.Name), labels, from)
+	copied := controlplane.RestoreCredentials(vc, from)
 	if err := r.apply(ctx, vc, copied); err != nil {
 		return "", "", err
 	}

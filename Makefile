@@ -235,7 +235,7 @@ e2e: previous-release $(HELM) ## End-to-end tests against the local cluster ('ma
 # The previous release, which TestOperatorUpgrade upgrades from: the last commit that landed
 # before this one's work began. Its tree is exported (git archive) into _output/previous and its
 # KubeNest and tenant DNS images built there and loaded into the local cluster under their own tags.
-PREVIOUS_RELEASE := 8d4f42e7c7f2d3cbebc5461e4be08f29d53c8450
+PREVIOUS_RELEASE := c6537e8586cda3efec197c8bea17eebedf17744a
 PREVIOUS_DIR := _output/previous
 PREVIOUS_VERSION := release-$(shell echo $(PREVIOUS_RELEASE) | cut -c1-12)
 

@@ -13,7 +13,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,10 +35,10 @@ var (
 // with it (default storage and ephemeral), then upgrades the chart to this build, whose image
 // tag changes every tenant pod template. Every tenant keeps its objects; the ephemeral
 // tenant's etcd pod is never replaced (its etcd CA did not change), while the tenant with a
-// volume claim rolls its etcd onto the new image. Both keep their control planes in their own
-// namespace, where the previous release made them, while a tenant made after the upgrade in the
-// same namespace has its own in KubeNest's control-plane namespace. It ends with this build
-// installed and every tenant of the cluster Ready, as the tests after it expect.
+// volume claim rolls its etcd onto the new image. Both keep their control planes in KubeNest's
+// control-plane namespace, where the previous release made them, next to a tenant made after
+// the upgrade. It ends with this build installed and every tenant of the cluster Ready, as the
+// tests after it expect.
 func TestOperatorUpgrade(t *testing.T) {
 	if *previousChart == "" || *previousTag == "" {
 		t.Fatal("-previous-chart and -previous-tag are needed: run it with make e2e, which builds the previous release")
@@ -62,6 +61,7 @@ func TestOperatorUpgrade(t *testing.T) {
 
 	helmUpgrade(t, *previousChart, *previousTag)
 	ns := createNamespace(t, ctx, "e2e-upgrade")
+	cpNS := naming.ControlPlaneNamespace(ns)
 	pvc := newVC(ns, "claim", v1alpha1.ExposureNodePort)
 	eph := newVC(ns, "eph", v1alpha1.ExposureNodePort)
 	eph.Spec.Etcd.Storage = v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}
@@ -82,6 +82,9 @@ func TestOperatorUpgrade(t *testing.T) {
 			}
 		}
 		etcdBefore[vc.Name] = etcdPod(t, ctx, vc)
+		if etcdBefore[vc.Name].Namespace != cpNS {
+			t.Fatalf("the previous release put %s's etcd in %s, want %s", vc.Name, etcdBefore[vc.Name].Namespace, cpNS)
+		}
 		if img := etcdBefore[vc.Name].Spec.Containers[0].Image; !strings.HasSuffix(img, ":"+*previousTag) {
 			t.Fatalf("%s's etcd runs %s, not the previous release's image", vc.Name, img)
 		}
@@ -93,7 +96,7 @@ func TestOperatorUpgrade(t *testing.T) {
 	for _, vc := range tenants {
 		names := naming.For(vc.Name)
 		// The new operator has rolled the control plane onto this build's image, where the
-		// previous release put it (the tenant's own namespace), and says so in the status.
+		// previous release put it, and says so in the status.
 		got := &v1alpha1.VirtualCluster{}
 		err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 			d := &appsv1.Deployment{}
@@ -108,8 +111,8 @@ func TestOperatorUpgrade(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: not Ready on this build's control plane after the upgrade: %v (status.controlPlaneNamespace %q)", vc.Name, err, got.Status.ControlPlaneNamespace)
 		}
-		if got.Status.ControlPlaneNamespace != ns {
-			t.Errorf("%s, made by the previous release: status.controlPlaneNamespace %q, want its own namespace %s", vc.Name, got.Status.ControlPlaneNamespace, ns)
+		if got.Status.ControlPlaneNamespace != cpNS {
+			t.Errorf("%s, made by the previous release: status.controlPlaneNamespace %q, want %s", vc.Name, got.Status.ControlPlaneNamespace, cpNS)
 		}
 		tenant := tenantClient(t, downloadKubeconfig(t, ctx, vc))
 		eventually(t, vc.Name+"'s objects after the upgrade", time.Minute, func() error {
@@ -130,11 +133,6 @@ func TestOperatorUpgrade(t *testing.T) {
 		})
 	}
 	t.Logf("upgraded, both tenants Ready on this build with their objects, in %s", time.Since(start).Round(100*time.Millisecond))
-	// Nothing of theirs moved: the namespace has no control-plane namespace yet.
-	cpNS := naming.ControlPlaneNamespace(ns)
-	if err := host.Get(ctx, client.ObjectKey{Name: cpNS}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the control-plane namespace %s exists, with only the previous release's tenants in %s: %v", cpNS, ns, err)
-	}
 
 	now := etcdPod(t, ctx, eph)
 	if now.UID != etcdBefore[eph.Name].UID {
@@ -142,17 +140,16 @@ func TestOperatorUpgrade(t *testing.T) {
 	}
 	t.Logf("ephemeral tenant's etcd pod %s kept, still on %s", now.Name, now.Spec.Containers[0].Image)
 	// The tenant with a volume claim rolls its etcd onto the new image, with its data.
-	pvcNS := controlPlaneNamespace(t, ctx, pvc)
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		p := &corev1.Pod{}
-		err := host.Get(ctx, types.NamespacedName{Namespace: pvcNS, Name: naming.For(pvc.Name).EtcdStatefulSet() + "-0"}, p)
+		err := host.Get(ctx, types.NamespacedName{Namespace: cpNS, Name: naming.For(pvc.Name).EtcdStatefulSet() + "-0"}, p)
 		return err == nil && p.Spec.Containers[0].Image == image && podutils.IsPodReady(p), nil
 	})
 	if err != nil {
 		t.Errorf("the claim tenant's etcd did not roll onto %s: %v", image, err)
 	}
 
-	// A tenant made now, next to them, has its control plane in KubeNest's namespace.
+	// A tenant made now, next to them, has its control plane in the same namespace.
 	later := newVC(ns, "later", v1alpha1.ExposureNodePort)
 	if err := host.Create(ctx, later); err != nil {
 		t.Fatal(err)
@@ -165,8 +162,8 @@ func TestOperatorUpgrade(t *testing.T) {
 	}
 	kubectl(t, "--kubeconfig", downloadKubeconfig(t, ctx, later), "get", "namespace", "kube-system")
 
-	// The new tenant goes first: the control-plane namespace made for it must still go once
-	// the namespace's last tenant, one of the previous release's, is gone.
+	// The new tenant goes first: the control-plane namespace must stay for the previous
+	// release's tenants, and go with the last of them.
 	for _, vc := range []*v1alpha1.VirtualCluster{later, pvc, eph} {
 		deleteAndCheckGone(t, ctx, vc)
 	}

@@ -134,7 +134,8 @@ lint: $(HELM) ## gofmt, go vet (with the e2e and benchlocal tags; cmd/nest-dns t
 		--set portal.oidc.caBundle=PEM
 	@# As "helm upgrade --reuse-values" renders it over a release from before these values existed.
 	$(HELM) lint --strict charts/kubenest --set portal.enabled=true --set metrics.secure=null --set metrics.serviceMonitor=null \
-		--set metrics.grafanaDashboard=null --set portal.oidc=null --set operator.maxStartingTenants=null --set operator.sharedNodeQuota=null
+		--set metrics.grafanaDashboard=null --set portal.oidc=null --set operator.maxStartingTenants=null --set operator.sharedNodeQuota=null \
+		--set operator.sharedNodeCopyBytes=null --set operator.sharedNodeFinishedPods=null
 
 .PHONY: test
 test: lint verify-gen $(BIN_DIR)/nest-controlplane $(BIN_DIR)/nest-etcd ## Unit and integration tests (real kube-apiserver, etcd and tenant processes; no cluster needed).

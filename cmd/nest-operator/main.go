@@ -71,6 +71,7 @@ func run() error {
 		namespace                                      string
 		issuers                                        string
 		sharedQuota, copyBytes                         string
+		finishedPods                                   int
 	)
 	fs := flag.CommandLine
 	fs.Usage = func() {
@@ -106,6 +107,7 @@ Flags:
 	fs.StringVar(&wakeAddress, "wake-gateway-address", os.Getenv("POD_IP"), "IP the host's Services reach this pod's wake gateway at, which holds a sleeping tenant's first connection while it wakes: this pod's IP (the chart sets $POD_IP). Empty: a sleeping tenant's endpoint refuses connections, and only spec.sleep.asleep wakes it.")
 	fs.StringVar(&sharedQuota, "shared-node-quota", "", "Each tenant's share of the host's shared nodes: the most its pods on the shared virtual node may request together, as comma-separated name=quantity pairs (cpu=2,memory=4Gi,pods=110; any resource a pod requests, such as ephemeral-storage or nvidia.com/gpu, and pods, their number). The virtual node's allocatable resources are the host's within it, so the tenant's scheduler places no more; a pod bound to the node that does not fit fails with reason OutOf<resource>, as on a full kubelet, and an in-place resize that does not fit is not made. A VirtualCluster's spec.nodes.sharedQuota, which only a host user with the verb grant-shared-quota may set, replaces it for the resources it names. Empty: every tenant may take all the shared nodes have.")
 	fs.StringVar(&copyBytes, "shared-node-copy-bytes", "32Mi", "Most bytes of each tenant's ConfigMaps and Secrets that its pods on the shared virtual node may have copied into the host (a quantity: 32Mi, 1Gi), their keys and values counted: what a tenant can add to the host's etcd that way. A pod whose ConfigMaps and Secrets would take it past this fails with reason "+clustertree.ReasonCopyBudget+", and a change that would grow a copy past it is not copied. 0: no bound.")
+	fs.IntVar(&finishedPods, "shared-node-finished-pods", 100, "How many of each tenant's ended pods on the shared virtual node keep their containers, and so their logs, on the host: the host pods of older ones are removed, oldest first (each is an object in the host's etcd and a dead container with its logs on a host node's disk). The tenant's pods stay, with their status; asking for the logs of one removed says why. 0: all are kept, as a kubelet keeps them.")
 	fs.StringVar(&virtualNodeName, "virtual-node-name", "kubenest-shared", "Name of the shared virtual node in every tenant.")
 	fs.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "kubenest-system"), "The operator's own namespace, where lent nodes' join Secrets go.")
 	fs.BoolVar(&settings.ControlPlanesOnLendableNodes, "control-planes-on-lendable-nodes", false, "Let tenant etcd and control-plane pods run on nodes labelled "+v1alpha1.LabelLendable+"=true when the other nodes have no room (the scheduler still prefers the others). A node that runs one is never lent. Off, they run only on nodes without the label, and wait Pending when those are full.")
@@ -142,6 +144,9 @@ Flags:
 	copyLimit, err := resource.ParseQuantity(copyBytes)
 	if err != nil || copyLimit.Sign() < 0 {
 		return fmt.Errorf("--shared-node-copy-bytes %q: not a quantity of bytes such as 32Mi", copyBytes)
+	}
+	if finishedPods < 0 {
+		return fmt.Errorf("--shared-node-finished-pods %d: a number of pods, 0 or more", finishedPods)
 	}
 	ctrl.SetLogger(klog.Background())
 	log := ctrl.Log.WithName("setup")
@@ -211,12 +216,13 @@ Flags:
 			return fmt.Errorf("--virtual-node-address %q is not an IP address", virtualNodeAddress)
 		}
 		shared = &virtualcluster.SharedNodes{
-			Manager:   clustertree.NewManager(ctx),
-			Host:      cfg,
-			Address:   virtualNodeAddress,
-			NodeName:  virtualNodeName,
-			Quota:     quota,
-			CopyBytes: copyLimit.Value(),
+			Manager:      clustertree.NewManager(ctx),
+			Host:         cfg,
+			Address:      virtualNodeAddress,
+			NodeName:     virtualNodeName,
+			Quota:        quota,
+			CopyBytes:    copyLimit.Value(),
+			FinishedPods: finishedPods,
 		}
 	} else {
 		log.Info("no --virtual-node-address (nor $POD_IP): tenants asking for the shared node will not get one")

@@ -815,6 +815,60 @@ func TestSync(t *testing.T) {
 		}
 	})
 
+	t.Run("the host keeps the containers of the tenant's newest ended pods only, and the tenant all its pods", func(t *testing.T) {
+		// The node keeps 3 (startNode); 5 pods end, one a second: the host pods of the two
+		// that ended first go, the tenant's pods stay as they ended.
+		names := []string{"done-0", "done-1", "done-2", "done-3", "done-4"}
+		ended := time.Now().Add(-time.Minute)
+		for i, name := range names {
+			createTenantPod(t, ctx, tc, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tenantNS},
+				Spec: corev1.PodSpec{NodeName: nodeName, RestartPolicy: corev1.RestartPolicyNever,
+					Containers: []corev1.Container{{Name: "c", Image: "kubenest.io/busybox:1.35", Command: []string{"true"}}}},
+			})
+			hp := waitHostPod(t, ctx, hc, clustertree.HostName(vcName, tenantNS, name))
+			at := metav1.NewTime(ended.Add(time.Duration(i) * time.Second))
+			hp.Status = corev1.PodStatus{Phase: corev1.PodSucceeded, HostIP: "172.30.0.11", StartTime: &at,
+				ContainerStatuses: []corev1.ContainerStatus{{Name: "c", Image: "kubenest.io/busybox:1.35",
+					State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed", StartedAt: at, FinishedAt: at}}}}}
+			if _, err := hc.CoreV1().Pods(hostNS).UpdateStatus(ctx, hp, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, name := range names {
+			hostPod := clustertree.HostName(vcName, tenantNS, name)
+			if i < 2 {
+				waitGone(t, ctx, func(ctx context.Context) error {
+					_, err := hc.CoreV1().Pods(hostNS).Get(ctx, hostPod, metav1.GetOptions{})
+					return err
+				}, "host pod of "+name+", one of the two oldest of five ended pods")
+			}
+		}
+		for i, name := range names {
+			p, err := tc.CoreV1().Pods(tenantNS).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != corev1.PodSucceeded {
+				t.Errorf("tenant pod %s: %v, phase %v; want it kept, Succeeded", name, err, p.Status.Phase)
+			}
+			_, err = hc.CoreV1().Pods(hostNS).Get(ctx, clustertree.HostName(vcName, tenantNS, name), metav1.GetOptions{})
+			if kept := err == nil; kept != (i >= 2) {
+				t.Errorf("host pod of %s kept: %v, want %v (%v)", name, kept, i >= 2, err)
+			}
+		}
+		for _, name := range names {
+			if err := tc.CoreV1().Pods(tenantNS).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, ctx, func(ctx context.Context) error {
+				_, err := tc.CoreV1().Pods(tenantNS).Get(ctx, name, metav1.GetOptions{})
+				return err
+			}, "tenant pod "+name)
+			waitGone(t, ctx, func(ctx context.Context) error {
+				_, err := hc.CoreV1().Pods(hostNS).Get(ctx, clustertree.HostName(vcName, tenantNS, name), metav1.GetOptions{})
+				return err
+			}, "host pod of "+name)
+		}
+	})
+
 	t.Run("restart rebuilds from both sides", func(t *testing.T) {
 		stop()
 		// While no node runs: a tenant pod is created, and an orphan host pod appears.
@@ -899,7 +953,9 @@ func startNode(t *testing.T, host, tenant *testenv.Env) func() {
 			// The tenant's share: 3 of the 4 CPUs; more memory than the host has.
 			Quota: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("16Gi")},
 			// The bytes of its ConfigMaps and Secrets the host may hold.
-			CopyBytes:      256 << 10,
+			CopyBytes: 256 << 10,
+			// The ended pods whose host pods stay.
+			FinishedPods:   3,
 			KubeletVersion: "v1.36.3", Workers: 2, SyncPeriod: time.Second,
 		})
 	}()

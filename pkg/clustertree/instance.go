@@ -99,6 +99,10 @@ type Config struct {
 	// CopyBytes bounds the bytes of the host copies of the tenant's ConfigMaps and Secrets its
 	// pods on the virtual node refer to (copybudget.go). 0: no bound.
 	CopyBytes int64
+	// FinishedPods is how many of the tenant's ended pods on the virtual node keep their host
+	// pods, and so their containers' logs; the host pods of older ones are removed
+	// (finished.go). 0: all are kept.
+	FinishedPods int
 	// HostsImage holds nest-hosts (the KubeNest image), pulled with HostsImagePullPolicy: the
 	// /etc/hosts writer of pods with a subdomain (Translator.HostsImage).
 	HostsImage           string
@@ -233,6 +237,7 @@ func Run(ctx context.Context, cfg Config) error {
 			tenantPods: pc.Pods, tenantConfigMaps: pc.ConfigMaps, tenantSecrets: pc.Secrets, tenantServices: pc.Services,
 			recorder: recorder, log: log, refused: map[string]*corev1.Pod{},
 			quota: cfg.Quota, admitted: map[types.UID]admission{}, copies: copies,
+			finishedPods: cfg.FinishedPods, ended: make(chan struct{}, 1),
 			unreferencedGrace: max(cfg.SyncPeriod, 5*time.Second), wokeAt: cfg.WokeAt,
 		}
 		vkTenant.pods = pc.Pods
@@ -339,6 +344,8 @@ func Run(ctx context.Context, cfg Config) error {
 				return metadataObjects(hostSecrets.Lister().List(labels.Everything()))
 			})
 	})
+
+	wg.Go(func() { prov.keepFinished(ctx, cfg.FinishedPods) })
 
 	// Event times have whole seconds: one of this second may be new.
 	started := time.Now().Truncate(time.Second)

@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	v1helper "k8s.io/kubernetes/pkg/apis/core/v1/helper"
 	"k8s.io/utils/ptr"
 )
@@ -70,6 +71,9 @@ type provider struct {
 	admitted map[types.UID]admission
 	// copies counts the bytes of the host copies of the tenant's objects (copybudget.go).
 	copies *copyBudget
+	// finishedPods is Config.FinishedPods; ended asks for a pass of keepFinished (finished.go).
+	finishedPods int
+	ended        chan struct{}
 
 	mu     sync.Mutex
 	notify func(*corev1.Pod)
@@ -546,6 +550,9 @@ func terminated(pod *corev1.Pod, why string) *corev1.Pod {
 // onHostPod reports a host pod's change to the tenant.
 func (p *provider) onHostPod(host *corev1.Pod) {
 	ns, name := host.Annotations[AnnotationTenantNamespace], host.Annotations[AnnotationTenantName]
+	if podutil.IsPodTerminal(host) {
+		p.hostPodEnded()
+	}
 	tenant, err := p.tenantPods.Pods(ns).Get(name)
 	if err != nil || string(tenant.UID) != host.Annotations[AnnotationTenantUID] {
 		return
@@ -563,6 +570,9 @@ func (p *provider) onHostPodDeleted(host *corev1.Pod) {
 	if tenant.DeletionTimestamp != nil {
 		p.send(terminated(p.tenantView(tenant, host), "deleted"))
 		return
+	}
+	if podutil.IsPodTerminal(tenant) {
+		return // it ended as its status says; only its containers went (finished.go)
 	}
 	p.log.Info("host pod deleted; deleting its tenant pod", "pod", klog.KObj(tenant))
 	p.send(deletedOnHost(tenant))
@@ -589,7 +599,15 @@ func (p *provider) GetContainerLogs(ctx context.Context, namespace, podName, con
 		t := metav1.NewTime(opts.SinceTime)
 		lo.SinceTime = &t
 	}
-	return p.host.CoreV1().Pods(p.tr.HostNamespace).GetLogs(HostName(p.tr.VirtualCluster, namespace, podName), lo).Stream(ctx)
+	hostName := HostName(p.tr.VirtualCluster, namespace, podName)
+	if _, err := p.hostPods.Pods(p.tr.HostNamespace).Get(hostName); apierrors.IsNotFound(err) {
+		if tenant, err := p.tenantPods.Pods(namespace).Get(podName); err == nil {
+			if gone := finishedLogsGone(tenant, p.finishedPods); gone != nil {
+				return nil, errdefs.AsInvalidInput(gone) // 400: the apiserver passes its message on, as it does not a 404's
+			}
+		}
+	}
+	return p.host.CoreV1().Pods(p.tr.HostNamespace).GetLogs(hostName, lo).Stream(ctx)
 }
 
 // GetStatsSummary is not served: the host's kubelets hold the numbers.

@@ -702,6 +702,88 @@ func TestHostileTenant(t *testing.T) {
 		}
 	})
 
+	t.Run("ended pods by the hundred, each a host pod with its logs on a host node", func(t *testing.T) {
+		// Every ended pod of the tenant's on the shared node is a host pod, a dead container and
+		// its logs on a host node's disk; the tenant's pod garbage collector starts only past
+		// 12,500. A Job of 105 pods that each print and end: the host keeps the containers of
+		// the tenant's 100 newest ended pods (chart value operator.sharedNodeFinishedPods), and
+		// the tenant keeps all 105 pods, Succeeded.
+		const completions, kept = 105, 100
+		job := &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: "litter", Namespace: "default"},
+			Spec: batchv1.JobSpec{Completions: ptr.To[int32](completions), Parallelism: ptr.To[int32](15), BackoffLimit: ptr.To[int32](0),
+				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever, NodeSelector: map[string]string{corev1.LabelHostname: sharedNode},
+					Containers: []corev1.Container{{Name: "main", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever,
+						Command: []string{"sh", "-c", "echo litter from $HOSTNAME"}}}}}},
+		}
+		if _, err := evil.BatchV1().Jobs("default").Create(ctx, job, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			_ = evil.BatchV1().Jobs("default").Delete(context.Background(), job.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})
+		}()
+		err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
+			j, err := evil.BatchV1().Jobs("default").Get(ctx, job.Name, metav1.GetOptions{})
+			return err == nil && j.Status.Succeeded == completions, nil
+		})
+		if err != nil {
+			t.Fatalf("the Job's %d pods did not all succeed: %v", completions, err)
+		}
+		hostEnded := func() int {
+			pods := &corev1.PodList{}
+			if err := host.List(ctx, pods, client.InNamespace(nsA), client.MatchingLabels(clustertree.HostSelector(attacker.Name))); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, p := range pods.Items {
+				if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+					n++
+				}
+			}
+			return n
+		}
+		eventually(t, "the host keeps the containers of the tenant's newest ended pods only", time.Minute, func() error {
+			if n := hostEnded(); n > kept {
+				return fmt.Errorf("the host holds %d ended pods of the tenant's", n)
+			}
+			return nil
+		})
+		pods, err := evil.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		succeeded := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.Status.Phase != corev1.PodSucceeded })
+		if len(succeeded) != completions {
+			t.Errorf("the tenant has %d Succeeded pods of the Job, want all %d", len(succeeded), completions)
+		}
+		t.Logf("the host holds %d ended pods of the tenant's; the tenant has %d, Succeeded", hostEnded(), len(succeeded))
+		// The host removed the oldest: none it kept ended before one it removed. The logs of
+		// those it kept are there; of the others, asking says why they are not.
+		var gone, there []corev1.Pod
+		for _, p := range succeeded {
+			err := host.Get(ctx, types.NamespacedName{Namespace: nsA, Name: clustertree.HostName(attacker.Name, "default", p.Name)}, &corev1.Pod{})
+			if apierrors.IsNotFound(err) {
+				gone = append(gone, p)
+			} else {
+				there = append(there, p)
+			}
+		}
+		if len(gone) < completions-kept {
+			t.Fatalf("%d ended pods lost their host pods, want %d", len(gone), completions-kept)
+		}
+		lastGone := slices.MaxFunc(gone, func(a, b corev1.Pod) int { return finishedAt(a).Compare(finishedAt(b)) })
+		firstKept := slices.MinFunc(there, func(a, b corev1.Pod) int { return finishedAt(a).Compare(finishedAt(b)) })
+		if finishedAt(firstKept).Before(finishedAt(lastGone)) {
+			t.Errorf("the host kept %s (ended %s) and removed %s (ended %s): not the oldest first", firstKept.Name, finishedAt(firstKept), lastGone.Name, finishedAt(lastGone))
+		}
+		if out, err := evil.CoreV1().Pods("default").GetLogs(firstKept.Name, &corev1.PodLogOptions{}).DoRaw(ctx); err != nil || !strings.Contains(string(out), "litter from") {
+			t.Errorf("logs of %s, whose host pod is kept: %q, %v", firstKept.Name, out, err)
+		}
+		_, err = evil.CoreV1().Pods("default").GetLogs(lastGone.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		refused(t, "logs of "+lastGone.Name+", whose host pod was removed", err, "removed from the shared node", "100 most recently ended pods")
+	})
+
 	t.Run("a cert-manager issuer the platform does not allow", func(t *testing.T) {
 		minted := newVC(nsA, "minted", v1alpha1.ExposureClusterIP)
 		minted.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "platform-root-issuer", Kind: "ClusterIssuer"}}
@@ -1400,3 +1482,14 @@ func waitTenantServiceAccount(t *testing.T, ctx context.Context, tenant kubernet
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// finishedAt is when a pod's last container ended.
+func finishedAt(p corev1.Pod) time.Time {
+	var last time.Time
+	for _, cs := range p.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.FinishedAt.After(last) {
+			last = t.FinishedAt.Time
+		}
+	}
+	return last
+}

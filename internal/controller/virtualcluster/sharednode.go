@@ -43,6 +43,9 @@ type SharedNodes struct {
 	// CopyBytes bounds each tenant's host copies of its ConfigMaps and Secrets
 	// (clustertree.Config.CopyBytes); 0: no bound.
 	CopyBytes int64
+	// FinishedPods is how many of each tenant's ended pods keep their host pods
+	// (clustertree.Config.FinishedPods); 0: all.
+	FinishedPods int
 }
 
 // podSecurityLevel is the Pod Security level every VirtualCluster's namespace enforces: no host
@@ -172,6 +175,7 @@ func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI,
 		Capacity:              r.sharedCapacity,
 		Quota:                 quota,
 		CopyBytes:             r.SharedNodes.CopyBytes,
+		FinishedPods:          r.SharedNodes.FinishedPods,
 		HostsImage:            r.Settings.Image,
 		HostsImagePullPolicy:  r.Settings.ImagePullPolicy,
 		KubeletVersion:        version.KubernetesVersion(),

@@ -313,8 +313,10 @@ func TestSync(t *testing.T) {
 					svc.Spec.Ports[0].Port != clustertree.KubeletPort || svc.Spec.Ports[1].Port != 30080 {
 					return false, nil
 				}
+				// Named after the Service on each side: the host's is the tenant's own.
 				return slicesHold(ctx, c.client, c.ns, c.name, map[string]string{
-					sharednode.AddressSliceKubelet: operatorIP, sharednode.AddressSliceNodePorts: "10.244.2.20:tcp-30080=30080"}), nil
+					clustertree.AddressSliceName(c.name, sharednode.SliceSuffixKubelet):   operatorIP,
+					clustertree.AddressSliceName(c.name, sharednode.SliceSuffixNodePorts): "10.244.2.20:tcp-30080=30080"}), nil
 			})
 			if err != nil {
 				t.Errorf("the %s Service %s/%s does not lead the kubelet port to clustertree and 30080 to the control-plane pod: %v", side, c.ns, c.name, err)
@@ -337,8 +339,8 @@ func TestSync(t *testing.T) {
 		if err != nil {
 			t.Errorf("the tenant's edit of the address's kubelet endpoint was not undone: %v", err)
 		}
-		if !slicesHold(ctx, hc, hostNS, hostName, map[string]string{sharednode.AddressSliceKubelet: operatorIP,
-			sharednode.AddressSliceNodePorts: "10.244.2.20:tcp-30080=30080"}) {
+		if !slicesHold(ctx, hc, hostNS, hostName, map[string]string{clustertree.AddressSliceName(hostName, sharednode.SliceSuffixKubelet): operatorIP,
+			clustertree.AddressSliceName(hostName, sharednode.SliceSuffixNodePorts): "10.244.2.20:tcp-30080=30080"}) {
 			t.Error("the host's address Service followed the tenant's edit")
 		}
 		if err := hc.CoreV1().Pods(hostNS).Delete(ctx, cp.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/internal/iphold"
 	"github.com/kubenest-io/kubenest/internal/nodeports"
+	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
 
@@ -182,7 +183,7 @@ func (n *nodeAddress) slices(svc *corev1.Service, ports []corev1.ServicePort, co
 			Ports:       ports,
 		}
 	}
-	out := []*discoveryv1.EndpointSlice{slice(sharednode.AddressSliceKubelet,
+	out := []*discoveryv1.EndpointSlice{slice(AddressSliceName(svc.Name, sharednode.SliceSuffixKubelet),
 		[]discoveryv1.Endpoint{{Addresses: []string{n.kubelet.Addr().String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		[]discoveryv1.EndpointPort{{Name: ptr.To(kubeletPortName), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(n.kubelet.Port()))}})}
 	if len(ports) > 0 && len(controlPlane) > 0 {
@@ -190,9 +191,17 @@ func (n *nodeAddress) slices(svc *corev1.Service, ports []corev1.ServicePort, co
 		for _, p := range ports {
 			eps = append(eps, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Protocol: ptr.To(p.Protocol), Port: ptr.To(p.Port)})
 		}
-		out = append(out, slice(sharednode.AddressSliceNodePorts, controlPlane, eps))
+		out = append(out, slice(AddressSliceName(svc.Name, sharednode.SliceSuffixNodePorts), controlPlane, eps))
 	}
 	return out
+}
+
+// AddressSliceName is the name of the address Service svc's EndpointSlice of one kind (a
+// sharednode.SliceSuffix*): sharednode.AddressSliceKubelet and AddressSliceNodePorts in the
+// tenant; in the host, after the Service's host name, so that two tenants of one host
+// namespace keep theirs apart.
+func AddressSliceName(svc, suffix string) string {
+	return naming.Shorten(svc+suffix, naming.MaxLength)
 }
 
 func addressType(a netip.Addr) discoveryv1.AddressType {

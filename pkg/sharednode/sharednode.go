@@ -19,12 +19,15 @@ const LabelVirtualNode = "kubenest.io/virtual-node"
 
 // The tenant Service kube-system/kubenest-shared-node holds the shared node's address (a
 // ClusterIP of the tenant's range) and leads its ports: the kubelet API, and the tenant's
-// NodePorts (clustertree keeps it, and its EndpointSlices).
+// NodePorts (clustertree keeps it, and its EndpointSlices, named after it with these
+// suffixes; so are those of its copy in the host, whose name is the tenant's).
 const (
 	AddressServiceNamespace = "kube-system"
 	AddressService          = "kubenest-shared-node"
-	AddressSliceKubelet     = AddressService + "-kubelet"
-	AddressSliceNodePorts   = AddressService + "-nodeports"
+	SliceSuffixKubelet      = "-kubelet"
+	SliceSuffixNodePorts    = "-nodeports"
+	AddressSliceKubelet     = AddressService + SliceSuffixKubelet
+	AddressSliceNodePorts   = AddressService + SliceSuffixNodePorts
 )
 
 // IsSharedNode says whether node is a tenant's shared node.

@@ -43,8 +43,14 @@ func TestSharedNode(t *testing.T) {
 	ns := createNamespace(t, ctx, "e2e-shared")
 	vc := newVC(ns, "shared", v1alpha1.ExposureNodePort)
 	vc.Spec.Nodes.Shared = true
-	if err := host.Create(ctx, vc); err != nil {
-		t.Fatal(err)
+	// A second tenant with the shared node in the same host namespace, as a platform's
+	// "tenants" namespace has them.
+	neighbour := newVC(ns, "neighbour", v1alpha1.ExposureNodePort)
+	neighbour.Spec.Nodes.Shared = true
+	for _, v := range []*v1alpha1.VirtualCluster{vc, neighbour} {
+		if err := host.Create(ctx, v); err != nil {
+			t.Fatal(err)
+		}
 	}
 	waitReady(t, ctx, vc)
 	kubeconfig := downloadKubeconfig(t, ctx, vc)
@@ -125,6 +131,31 @@ func TestSharedNode(t *testing.T) {
 		if got := portForward(t, ctx, kubeconfig, pod, 8080); !strings.Contains(got, "hi from "+pod) {
 			t.Errorf("kubectl port-forward: read %q", got)
 		}
+	})
+
+	t.Run("a second tenant of the host namespace has a shared node of its own, its logs and exec too", func(t *testing.T) {
+		// Its node's address leads to its own kubelet API in the host: the EndpointSlices of
+		// the two address Services are named after each, not the same.
+		waitReady(t, ctx, neighbour)
+		nkc := downloadKubeconfig(t, ctx, neighbour)
+		next := tenantClient(t, nkc)
+		waitTenantNodeReady(t, ctx, next, sharedNode)
+		createWebDeployment(t, ctx, next, 1)
+		npod := waitTenantPodsRunning(t, ctx, next, 1)[0].Name
+		eventually(t, "kubectl logs in the neighbour", time.Minute, func() error {
+			out, err := exec.Command(*kubectlPath, "--kubeconfig", nkc, "logs", npod).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "hello from "+npod) {
+				return fmt.Errorf("kubectl logs %s: %q, %v", npod, out, err)
+			}
+			return nil
+		})
+		if out := kubectl(t, "--kubeconfig", nkc, "exec", npod, "--", "hostname"); strings.TrimSpace(out) != npod {
+			t.Errorf("kubectl exec in the neighbour: %q, want %q", out, npod)
+		}
+		if logs := kubectl(t, "--kubeconfig", kubeconfig, "logs", pod); !strings.Contains(logs, "hello from "+pod) {
+			t.Errorf("kubectl logs %s in the first tenant, with the neighbour beside it: %q", pod, logs)
+		}
+		deleteAndCheckGone(t, ctx, neighbour)
 	})
 
 	t.Run("kubectl debug adds an ephemeral container to a pod", func(t *testing.T) {

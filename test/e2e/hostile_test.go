@@ -304,7 +304,8 @@ func TestHostileTenant(t *testing.T) {
 		}
 		nodeIP := internalIP(node)
 		slice := &discoveryv1.EndpointSlice{}
-		if err := host.Get(ctx, types.NamespacedName{Namespace: nsV, Name: sharednode.AddressSliceKubelet}, slice); err != nil {
+		hostSlice := clustertree.AddressSliceName(clustertree.HostName(victim.Name, sharednode.AddressServiceNamespace, sharednode.AddressService), sharednode.SliceSuffixKubelet)
+		if err := host.Get(ctx, types.NamespacedName{Namespace: nsV, Name: hostSlice}, slice); err != nil {
 			t.Fatal(err)
 		}
 		if nodeIP == "" || len(slice.Endpoints) == 0 || len(slice.Ports) == 0 {

@@ -69,7 +69,7 @@ func run() error {
 		virtualNodeAddress, virtualNodeName            string
 		wakeAddress                                    string
 		namespace                                      string
-		issuers                                        string
+		issuers, sanDomains                            string
 		sharedQuota, copyBytes                         string
 		finishedPods                                   int
 	)
@@ -112,6 +112,7 @@ Flags:
 	fs.StringVar(&namespace, "namespace", envOr("POD_NAMESPACE", "kubenest-system"), "The operator's own namespace, where lent nodes' join Secrets go.")
 	fs.BoolVar(&settings.ControlPlanesOnLendableNodes, "control-planes-on-lendable-nodes", false, "Let tenant etcd and control-plane pods run on nodes labelled "+v1alpha1.LabelLendable+"=true when the other nodes have no room (the scheduler still prefers the others). A node that runs one is never lent. Off, they run only on nodes without the label, and wait Pending when those are full.")
 	fs.DurationVar(&settings.LeafValidity, "leaf-certificate-validity", 0, "Validity of tenant leaf certificates; 0 means one year. Short values are for testing rotation.")
+	fs.StringVar(&sanDomains, "cert-manager-san-domains", "", "DNS domains, comma-separated, that a tenant whose cluster CA a cert-manager issuer signs may name in spec.controlPlane.exposure.extraSANs, each with its subdomains; {name} and {namespace} stand for the VirtualCluster's, giving each tenant names of its own ({name}.{namespace}.tenants.example.com). Its CA, under the platform's root, may sign for every name of its certificates: an extra SAN outside these leaves the tenant's CA unissued (reason ExtraSANNotAllowed). Empty allows none (IP addresses are always allowed: a CA's addresses are not constrained).")
 	fs.StringVar(&issuers, "cert-manager-issuers", "", "cert-manager issuers tenants may have sign their cluster CA (spec.pki.issuerRef), comma-separated: ClusterIssuer/<name>, Issuer/<name> (in the tenant's control-plane namespace, kubenest-cp-<namespace>, where its Certificate is), Kind.group/<name> for an external issuer, \"*\" as the name for any. Empty allows none: such a CA is an intermediate of the platform's, whose certificates the tenant's admin holds.")
 	fs.BoolVar(&allowTestAnnotations, "allow-test-annotations", false, "Honour annotations meant for tests, such as "+v1alpha1.AnnotationTestLeafValidity+". Never on in production.")
 	fs.BoolVar(&showVersion, "version", false, "Print the version and exit.")
@@ -136,6 +137,10 @@ Flags:
 	allowedIssuers, err := virtualcluster.ParseIssuerAllowList(issuers)
 	if err != nil {
 		return fmt.Errorf("--cert-manager-issuers: %w", err)
+	}
+	allowedSANDomains, err := virtualcluster.ParseSANDomains(sanDomains)
+	if err != nil {
+		return fmt.Errorf("--cert-manager-san-domains: %w", err)
 	}
 	quota, err := clustertree.ParseQuota(sharedQuota)
 	if err != nil {
@@ -244,6 +249,7 @@ Flags:
 		Wake:            wake,
 		Tenants:         tenants,
 		AllowedIssuers:  allowedIssuers,
+		SANDomains:      allowedSANDomains,
 		MaxLentNodes:    maxLentNodes,
 
 		AllowTestAnnotations: allowTestAnnotations,

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -808,6 +809,26 @@ func TestHostileTenant(t *testing.T) {
 			}
 		}
 		deleteAndCheckGone(t, ctx, minted)
+
+		// An issuer the platform allows (make up's chart values), and an extra SAN that would
+		// make the tenant's CA, under the platform's root, one for every name in .com.
+		widened := newVC(nsA, "widened", v1alpha1.ExposureClusterIP)
+		widened.Spec.PKI = &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "e2e-platform-ca", Kind: "ClusterIssuer"}}
+		widened.Spec.ControlPlane.Exposure.ExtraSANs = []string{"10.9.8.7", "com"}
+		if err := host.Create(ctx, widened); err != nil {
+			t.Fatal(err)
+		}
+		got = waitVC(t, ctx, widened, time.Minute, func(v *v1alpha1.VirtualCluster) bool {
+			c := meta.FindStatusCondition(v.Status.Conditions, v1alpha1.ConditionCertificatesReady)
+			return c != nil && c.Reason == "ExtraSANNotAllowed"
+		})
+		if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionCertificatesReady); !strings.Contains(c.Message, "spec.controlPlane.exposure.extraSANs: com is not within") {
+			t.Errorf("CertificatesReady %q does not name the field and the name", c.Message)
+		}
+		if err := host.Get(ctx, types.NamespacedName{Namespace: controlPlaneNamespace(t, ctx, widened), Name: naming.For(widened.Name).CACertificate()}, &cmapi.Certificate{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a Certificate was asked of the platform's issuer for .com: %v", err)
+		}
+		deleteAndCheckGone(t, ctx, widened)
 	})
 
 	admin := namespaceEditor(t, ctx, nsA)

@@ -3,6 +3,8 @@ package virtualcluster
 import (
 	"context"
 	"fmt"
+	"net"
+	"slices"
 	"strings"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -10,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,6 +37,12 @@ func (r *Reconciler) issuedCA(ctx context.Context, vc *v1alpha1.VirtualCluster, 
 		conds.caNotIssued(ReasonIssuerNotAllowed, fmt.Sprintf(
 			"spec.pki.issuerRef: %s is not an issuer the platform lets tenants use (the operator's --cert-manager-issuers: %s); ask the platform team, or create the VirtualCluster without spec.pki",
 			IssuerPattern{Kind: ref.Kind, Group: ref.Group, Name: ref.Name}, r.AllowedIssuers))
+		return nil, nil
+	}
+	if san := r.SANDomains.Outside(vc, vc.Spec.ControlPlane.Exposure.ExtraSANs); san != "" {
+		conds.caNotIssued(ReasonExtraSANNotAllowed, fmt.Sprintf(
+			"spec.controlPlane.exposure.extraSANs: %s is not within the DNS domains the platform lets tenants of its issuers name (the operator's --cert-manager-san-domains: %s): a CA the platform's issuer signs may sign for every name in it; remove it, or ask the platform team",
+			san, r.SANDomains))
 		return nil, nil
 	}
 	if reason, problem, err := r.checkIssuer(ctx, controlplane.Namespace(vc), ref); err != nil || problem != "" {
@@ -212,4 +221,56 @@ func (l IssuerAllowList) String() string {
 		s = append(s, p.String())
 	}
 	return strings.Join(s, ",")
+}
+
+// SANDomains are the DNS domains a tenant whose cluster CA a platform issuer signs may name in
+// spec.controlPlane.exposure.extraSANs, each with its subdomains. Its CA is constrained to the
+// names its certificates hold, extraSANs included, and signs under the platform's root: an
+// extra SAN such as "com" or "bank.example" would make it a CA for all of those names, trusted
+// wherever the root is. An entry may hold {name} and {namespace}, the VirtualCluster's, so that
+// each tenant gets names of its own ("{name}.{namespace}.tenants.example.com"): an entry without
+// them is shared, and each tenant's CA may sign for the names of the others under it.
+type SANDomains []string
+
+// ParseSANDomains reads a comma-separated list of domains, such as
+// "{name}.{namespace}.tenants.example.com,{namespace}.example.com".
+func ParseSANDomains(s string) (SANDomains, error) {
+	var out SANDomains
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		sample := strings.NewReplacer("{name}", "n", "{namespace}", "ns").Replace(item)
+		if errs := validation.IsDNS1123Subdomain(sample); len(errs) > 0 || strings.Count(sample, ".") < 1 {
+			return nil, fmt.Errorf("domain %q: want a lowercase DNS domain of two labels or more, {name} and {namespace} allowed in it (tenants.example.com, {name}.{namespace}.tenants.example.com)", item)
+		}
+		out = append(out, item)
+	}
+	return out, nil
+}
+
+// Outside returns the first DNS name of sans (IP addresses are not constrained) that is not
+// within any of the domains for vc, or "".
+func (d SANDomains) Outside(vc *v1alpha1.VirtualCluster, sans []string) string {
+	for _, san := range sans {
+		if net.ParseIP(san) != nil {
+			continue
+		}
+		name := strings.TrimPrefix(san, "*.")
+		if !slices.ContainsFunc(d, func(domain string) bool {
+			domain = strings.NewReplacer("{name}", vc.Name, "{namespace}", vc.Namespace).Replace(domain)
+			return name == domain || strings.HasSuffix(name, "."+domain)
+		}) {
+			return san
+		}
+	}
+	return ""
+}
+
+func (d SANDomains) String() string {
+	if len(d) == 0 {
+		return "none"
+	}
+	return strings.Join(d, ",")
 }

@@ -37,12 +37,17 @@ import (
 func TestCertManagerIssuer(t *testing.T) {
 	env, ctx := startEnv(t, testenv.Options{}, 4*time.Minute, "cert-manager")
 	c := env.Client
-	startOperator(t, env, &tenantRoutes{})
+	// Each tenant of the platform's issuers may name its own domain in its extra SANs.
+	startOperator(t, env, &tenantRoutes{}, func(r *virtualcluster.Reconciler) {
+		r.SANDomains = virtualcluster.SANDomains{"{name}.{namespace}.tenants.example.com"}
+	})
+	ownName := "api.gamma." + ns + ".tenants.example.com"
 	vc := &v1alpha1.VirtualCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "gamma", Namespace: ns},
 		Spec: v1alpha1.VirtualClusterSpec{
-			Etcd: v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
-			PKI:  &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "platform-ca", Kind: cmapi.ClusterIssuerKind}},
+			Etcd:         v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
+			ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{ExtraSANs: []string{ownName, "10.9.8.7"}}},
+			PKI:          &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "platform-ca", Kind: cmapi.ClusterIssuerKind}},
 		},
 	}
 	if err := c.Create(ctx, vc); err != nil {
@@ -158,7 +163,8 @@ func TestCertManagerIssuer(t *testing.T) {
 		// Should the CA's key leak (an earlier release's tenant kept it in its own namespace),
 		// what is signed with it for a name that is not the tenant's, a client that trusts
 		// the platform's root refuses.
-		if c := chain[1]; !c.PermittedDNSDomainsCritical || !slices.Contains(c.PermittedDNSDomains, names.APIServerService()+"."+cpNS+".svc") {
+		if c := chain[1]; !c.PermittedDNSDomainsCritical || !slices.Contains(c.PermittedDNSDomains, names.APIServerService()+"."+cpNS+".svc") ||
+			!slices.Contains(c.PermittedDNSDomains, ownName) {
 			t.Errorf("the issued CA's name constraints: critical %v, permitted %q", c.PermittedDNSDomainsCritical, c.PermittedDNSDomains)
 		}
 		tenantCA, err := pki.ParseKeyPair(ca.Data[controlplane.KeyCACert], ca.Data[controlplane.KeyCAKey])
@@ -196,6 +202,34 @@ func TestCertManagerIssuer(t *testing.T) {
 		}
 		if err := c.Get(ctx, cpKey(naming.For(other.Name).CACertificate()), &cmapi.Certificate{}); !apierrors.IsNotFound(err) {
 			t.Errorf("a Certificate was asked of the disallowed issuer: %v", err)
+		}
+		if err := c.Delete(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("an extra SAN outside the tenant's own domain", func(t *testing.T) {
+		// Another tenant's name: the CA would be one for gamma's names too, under the root.
+		other := &v1alpha1.VirtualCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: "epsilon", Namespace: ns},
+			Spec: v1alpha1.VirtualClusterSpec{
+				Etcd: v1alpha1.EtcdSpec{Storage: v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}},
+				ControlPlane: v1alpha1.ControlPlaneSpec{Exposure: v1alpha1.ExposureSpec{
+					ExtraSANs: []string{"epsilon." + ns + ".tenants.example.com", ownName}}},
+				PKI: &v1alpha1.PKISpec{IssuerRef: v1alpha1.IssuerReference{Name: "platform-ca", Kind: cmapi.ClusterIssuerKind}},
+			},
+		}
+		if err := c.Create(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		got := waitFor(t, ctx, c, other.Name, func(v *v1alpha1.VirtualCluster) bool {
+			return reason(v, v1alpha1.ConditionCertificatesReady) == virtualcluster.ReasonExtraSANNotAllowed
+		})
+		if msg := certificatesMessage(got); !strings.Contains(msg, "spec.controlPlane.exposure.extraSANs: "+ownName+" is not within") {
+			t.Errorf("message %q does not name the field and the name", msg)
+		}
+		if err := c.Get(ctx, cpKey(naming.For(other.Name).CACertificate()), &cmapi.Certificate{}); !apierrors.IsNotFound(err) {
+			t.Errorf("a Certificate was asked for with another tenant's name: %v", err)
 		}
 		if err := c.Delete(ctx, other); err != nil {
 			t.Fatal(err)

@@ -98,6 +98,9 @@ type Reconciler struct {
 	// AllowedIssuers are the cert-manager issuers tenants may have sign their cluster CA
 	// (spec.pki); none when empty.
 	AllowedIssuers IssuerAllowList
+	// SANDomains are the DNS domains the extraSANs of a tenant with spec.pki may be in; none
+	// when empty (IP addresses only).
+	SANDomains SANDomains
 	// MaxLentNodes is the most host nodes one tenant may have lent (--max-lent-nodes-per-tenant);
 	// 0 is no limit.
 	MaxLentNodes int

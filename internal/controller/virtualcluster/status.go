@@ -38,6 +38,7 @@ const (
 	ReasonCertManagerMissing  = "CertManagerMissing"
 	ReasonIssuerNotReady      = "IssuerNotReady"
 	ReasonIssuerNotAllowed    = "IssuerNotAllowed"
+	ReasonExtraSANNotAllowed  = "ExtraSANNotAllowed"
 	ReasonCAPending           = "CAPending"
 	ReasonSetupFailed         = "SetupFailed"
 	ReasonQueued              = "Queued"

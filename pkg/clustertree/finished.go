@@ -59,8 +59,9 @@ func (p *provider) hostPodEnded() {
 }
 
 // trimFinished removes the host pods of the tenant's ended pods past the newest max. A host
-// pod whose tenant pod does not show its end yet is kept for now (its status is still on its
-// way to the tenant): waiting says there is one.
+// pod is removed only once its tenant pod shows its end: one whose status is still on its way
+// to the tenant, or whose tenant pod is not in the cache (not synced yet, or gone, when
+// virtual-kubelet removes the host pod itself), is kept for now, and waiting says there is one.
 func (p *provider) trimFinished(ctx context.Context, max int) (waiting bool) {
 	hosts, err := p.hostPods.Pods(p.tr.HostNamespace).List(labels.SelectorFromSet(HostSelector(p.tr.VirtualCluster)))
 	if err != nil {
@@ -74,7 +75,7 @@ func (p *provider) trimFinished(ctx context.Context, max int) (waiting bool) {
 	removed := 0
 	for _, hp := range hosts[max:] {
 		tenant, err := p.tenantPods.Pods(hp.Annotations[AnnotationTenantNamespace]).Get(hp.Annotations[AnnotationTenantName])
-		if err == nil && string(tenant.UID) == hp.Annotations[AnnotationTenantUID] && !podutil.IsPodTerminal(tenant) {
+		if err != nil || string(tenant.UID) != hp.Annotations[AnnotationTenantUID] || !podutil.IsPodTerminal(tenant) {
 			waiting = true
 			continue
 		}

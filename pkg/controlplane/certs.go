@@ -330,6 +330,12 @@ const (
 	DNSUser = "kubenest-dns"
 )
 
+// ReservedUsers are the user names, besides the system: ones, that the tenant's RBAC and guard
+// give rights to by name: only KubeNest's own components present them, with certificates of
+// the cluster CA it signs for them. Anything else that signs with that CA (the portal's
+// personal kubeconfigs) must never put one of them in a certificate.
+var ReservedUsers = []string{AdminUser, APIServerKubeletClient, FrontProxyClientUser, ClusterTreeUser, DNSUser}
+
 // Exposure is how the tenant's apiserver Service was published: its address inside the host and
 // the endpoint users reach it at.
 type Exposure struct {

@@ -3,6 +3,7 @@ package portal
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,8 +17,10 @@ import (
 const DefaultPersonalValidity = 8 * time.Hour
 
 // hostUserPrefix is put before host user names that would mean something to the tenant's
-// apiserver (system:serviceaccount:..., system:node:...), so a host identity never becomes one
-// of the tenant's reserved identities.
+// apiserver (system:serviceaccount:..., system:node:..., and the names of KubeNest's own
+// components, controlplane.ReservedUsers, such as the apiserver's kubelet client), so a host
+// identity never becomes one of the tenant's reserved identities; and before names that
+// already start with it, so two host users never share a tenant name.
 const hostUserPrefix = "host:"
 
 // PersonalRequest is what a personal kubeconfig is made of.
@@ -33,9 +36,10 @@ type PersonalRequest struct {
 }
 
 // TenantUserName is the user name a host user has in a tenant through a personal kubeconfig:
-// the host name, with names in the reserved "system:" space prefixed by "host:".
+// the host name, prefixed by "host:" when it is in the reserved "system:" space, one of
+// KubeNest's own users, or already starts with "host:".
 func TenantUserName(hostUser string) string {
-	if strings.HasPrefix(hostUser, "system:") {
+	if strings.HasPrefix(hostUser, "system:") || strings.HasPrefix(hostUser, hostUserPrefix) || slices.Contains(controlplane.ReservedUsers, hostUser) {
 		return hostUserPrefix + hostUser
 	}
 	return hostUser

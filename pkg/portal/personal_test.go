@@ -22,6 +22,15 @@ func TestPersonalCertSpec(t *testing.T) {
 		{user: "alice@example.com", wantCN: "alice@example.com", wantValidity: DefaultPersonalValidity},
 		{user: "system:serviceaccount:team-a:alice", wantCN: "host:system:serviceaccount:team-a:alice", validity: time.Hour, wantValidity: time.Hour},
 		{user: "system:node:worker-1", wantCN: "host:system:node:worker-1", wantValidity: DefaultPersonalValidity},
+		// The names KubeNest's components have in the tenant, which its RBAC and guard trust:
+		// with the apiserver's kubelet client's, a host user would run commands on lent nodes.
+		{user: "kube-apiserver-kubelet-client", wantCN: "host:kube-apiserver-kubelet-client", wantValidity: DefaultPersonalValidity},
+		{user: "kubenest-clustertree", wantCN: "host:kubenest-clustertree", wantValidity: DefaultPersonalValidity},
+		{user: "kubenest-dns", wantCN: "host:kubenest-dns", wantValidity: DefaultPersonalValidity},
+		{user: "kubenest-admin", wantCN: "host:kubenest-admin", wantValidity: DefaultPersonalValidity},
+		{user: "front-proxy-client", wantCN: "host:front-proxy-client", wantValidity: DefaultPersonalValidity},
+		// A host user named like another's tenant name gets one of its own.
+		{user: "host:system:node:worker-1", wantCN: "host:host:system:node:worker-1", wantValidity: DefaultPersonalValidity},
 		{user: " ", wantErr: "needs a user name"},
 		{user: "bob", validity: -time.Second, wantErr: "negative"},
 	} {

@@ -23,6 +23,7 @@ package tenantguard
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -35,6 +36,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	api "k8s.io/kubernetes/pkg/apis/core"
 	apiv1 "k8s.io/kubernetes/pkg/apis/core/v1"
@@ -216,8 +218,10 @@ func (g *Guard) ranges() string {
 	return strings.Join(s, ", ")
 }
 
-// pod checks a pod when it is bound to a node: created with spec.nodeName, bound by the
-// scheduler, given ephemeral containers, or changed while bound.
+// pod checks a pod whenever it is written (created, changed, given ephemeral containers) and
+// when it is bound to a node. Checking it only once bound would race: a binding commits to the
+// pod as stored when it lands, which an update made after the guard read it may have changed.
+// So every version of a pod is one that may run on a node.
 func (g *Guard) pod(ctx context.Context, a admission.Attributes) error {
 	subresource := a.GetSubresource()
 	if a.GetResource().Resource == "bindings" {
@@ -240,7 +244,7 @@ func (g *Guard) pod(ctx context.Context, a admission.Attributes) error {
 		return nil
 	}
 	in, ok := a.GetObject().(*api.Pod)
-	if !ok || in.Spec.NodeName == "" {
+	if !ok {
 		return nil
 	}
 	if old, ok := a.GetOldObject().(*api.Pod); ok && a.GetSubresource() == "" && unchangedForPodSecurity(old, in) {
@@ -253,19 +257,56 @@ func (g *Guard) pod(ctx context.Context, a admission.Attributes) error {
 	return g.check(a, pod, in.Spec.NodeName)
 }
 
-// check evaluates pod, to run on node, against the node pod security level.
+// check evaluates pod, to run on node (empty: not bound yet), against the node pod security
+// level, and its volumes against nodeVolumes.
 func (g *Guard) check(a admission.Attributes, pod *corev1.Pod, node string) error {
-	evaluator := g.evaluator
-	if g.cfg.KubeProxyImage != "" && controlplane.IsTenantKubeProxyPod(pod, g.cfg.KubeProxyImage) {
+	where := "on node " + node
+	if node == "" {
+		where = "on this cluster's nodes"
+	}
+	refuse := func(why string) error {
+		return apierrors.NewForbidden(a.GetResource().GroupResource(), pod.Name, fmt.Errorf(
+			"%s: pods on this cluster's nodes must meet Pod Security %q, and pod %s/%s, to run %s, does not: %s (nodes lent to a KubeNest tenant are host machines; the platform may grant privileged pods per VirtualCluster with spec.nodes.podSecurity)",
+			Name, g.cfg.NodePodSecurity, pod.Namespace, pod.Name, where, why))
+	}
+	evaluator, kubeProxy := g.evaluator, g.cfg.KubeProxyImage != "" && controlplane.IsTenantKubeProxyPod(pod, g.cfg.KubeProxyImage)
+	if kubeProxy {
 		evaluator = g.kubeProxy
 	}
-	result := policy.AggregateCheckResults(evaluator.EvaluatePod(g.level, &pod.ObjectMeta, &pod.Spec))
-	if result.Allowed {
-		return nil
+	if result := policy.AggregateCheckResults(evaluator.EvaluatePod(g.level, &pod.ObjectMeta, &pod.Spec)); !result.Allowed {
+		return refuse(result.ForbiddenDetail())
 	}
-	return apierrors.NewForbidden(a.GetResource().GroupResource(), pod.Name, fmt.Errorf(
-		"%s: pods on this cluster's nodes must meet Pod Security %q, and pod %s/%s, to run on node %s, does not: %s (nodes lent to a KubeNest tenant are host machines; the platform may grant privileged pods per VirtualCluster with spec.nodes.podSecurity)",
-		Name, g.cfg.NodePodSecurity, pod.Namespace, pod.Name, node, result.ForbiddenDetail()))
+	if why := nodeVolumes(pod.Spec.Volumes); why != "" && !kubeProxy {
+		return refuse(why)
+	}
+	return nil
+}
+
+// nodeVolumes says which of a pod's volumes baseline does not keep off the node's own disks,
+// devices or network identity, or "": Pod Security baseline forbids hostPath only, while the
+// kubelet also mounts, for fc and iscsi, a device the pod names (a local disk by its id),
+// for flexVolume, a driver installed on the node, for gitRepo, a git run on the host, and for
+// nfs, cephfs and the like, a server that trusts the node's address. The volumes restricted
+// allows, and image volumes, are what a pod of a lent node may have.
+func nodeVolumes(volumes []corev1.Volume) string {
+	for i, v := range volumes {
+		s := v.VolumeSource
+		if s.ConfigMap != nil || s.CSI != nil || s.DownwardAPI != nil || s.EmptyDir != nil || s.Ephemeral != nil ||
+			s.PersistentVolumeClaim != nil || s.Projected != nil || s.Secret != nil || s.Image != nil {
+			continue
+		}
+		kind := "this kind of"
+		if b, err := json.Marshal(s); err == nil {
+			var fields map[string]json.RawMessage
+			if json.Unmarshal(b, &fields) == nil {
+				for k := range fields {
+					kind = k
+				}
+			}
+		}
+		return fmt.Sprintf("spec.volumes[%d].%s: a %s volume is mounted by the node from its own devices, drivers or network identity; pods of lent nodes may have configMap, csi, downwardAPI, emptyDir, ephemeral, image, persistentVolumeClaim, projected and secret volumes", i, kind, kind)
+	}
+	return ""
 }
 
 // unchangedForPodSecurity says whether an update leaves the pod's spec, images included (the
@@ -388,7 +429,9 @@ func KubeletDebugHandler(p string) string {
 // proxy subresource (exec, run, attach, port-forward: any command in any container)? Only
 // the tenant's apiserver may (APIServerUser, the user of its kubelet client certificate, which
 // the tenant cannot obtain: its controller-manager signs no client certificate of the cluster
-// CA); the apiserver's own pods/exec and nodes/proxy requests are checked in admission above.
+// CA, and the portal's personal certificates never carry that name), and only with a client
+// certificate, in no group but system:authenticated (isAPIServer); the apiserver's own
+// pods/exec and nodes/proxy requests are checked in admission above.
 // A kubelet's question is a SubjectAccessReview, whose attributes carry no request path; a
 // request through the apiserver always has one, so those are left to the other authorizers.
 type NodeProxyAuthorizer struct {
@@ -399,8 +442,19 @@ type NodeProxyAuthorizer struct {
 // Authorize denies, under baseline, nodes/proxy asked for without a path by anyone but the apiserver.
 func (z NodeProxyAuthorizer) Authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 	if z.Level == psapi.LevelPrivileged || !a.IsResourceRequest() || a.GetAPIGroup() != "" || a.GetResource() != "nodes" ||
-		a.GetSubresource() != "proxy" || a.GetPath() != "" || a.GetUser() == nil || a.GetUser().GetName() == z.APIServerUser {
+		a.GetSubresource() != "proxy" || a.GetPath() != "" || a.GetUser() == nil || z.isAPIServer(a.GetUser()) {
 		return authorizer.DecisionNoOpinion, "", nil
 	}
 	return authorizer.DecisionDeny, fmt.Sprintf("%s: a kubelet of this cluster serves its proxy subresource (exec, run, attach, port-forward) to the tenant's apiserver only; use pods/exec through the apiserver", Name), nil
+}
+
+// isAPIServer says whether u is the tenant apiserver's kubelet client: its name, no group but
+// the one every authenticated user has, and a client certificate as its credential (the
+// kubelet's x509 authenticator says so in the credential ID, "X509SHA256=..."), which only the
+// cluster CA signs: a token of another authenticator the tenant may add (an OIDC issuer in
+// extraArgs) with that name is not the apiserver.
+func (z NodeProxyAuthorizer) isAPIServer(u user.Info) bool {
+	ids := u.GetExtra()[user.CredentialIDKey]
+	return u.GetName() == z.APIServerUser && !slices.ContainsFunc(u.GetGroups(), func(g string) bool { return g != user.AllAuthenticated }) &&
+		len(ids) == 1 && strings.HasPrefix(ids[0], "X509SHA256=")
 }

@@ -150,8 +150,38 @@ func TestPodsOnNodes(t *testing.T) {
 	t.Run("created on a node", func(t *testing.T) {
 		wantRefused(t, "a privileged pod named to a lent node", validate(t, g, attrs(internal(t, rootPod("lent-1")), nil, "pods", "", "default", "root", admission.Create)),
 			`Pod Security "baseline"`, "privileged", "hostPID", "hostPath volumes", "node lent-1")
-		if err := validate(t, g, attrs(internal(t, rootPod("")), nil, "pods", "", "default", "root", admission.Create)); err != nil {
-			t.Errorf("an unbound pod is not checked until it is bound: %v", err)
+		// Unbound too: a binding commits to the pod as stored when it lands, which a change
+		// racing it may have made after the guard read it.
+		wantRefused(t, "a privileged pod not bound yet", validate(t, g, attrs(internal(t, rootPod("")), nil, "pods", "", "default", "root", admission.Create)),
+			"privileged", "on this cluster's nodes")
+		unbound := plain.DeepCopy()
+		swapped := unbound.DeepCopy()
+		swapped.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		wantRefused(t, "an unbound pod made privileged while its binding is on its way", validate(t, g, attrs(internal(t, swapped), internal(t, unbound), "pods", "", "default", "plain", admission.Update)),
+			"privileged")
+		if err := validate(t, g, attrs(internal(t, plain), nil, "pods", "", "default", "plain", admission.Create)); err != nil {
+			t.Errorf("a baseline pod: %v", err)
+		}
+	})
+	t.Run("volumes the node mounts from its own devices, drivers or network identity", func(t *testing.T) {
+		for name, src := range map[string]corev1.VolumeSource{
+			"fc":         {FC: &corev1.FCVolumeSource{WWIDs: []string{"0Google_PersistentDisk_persistent-disk-0-part1"}, FSType: "ext4"}},
+			"flexVolume": {FlexVolume: &corev1.FlexVolumeSource{Driver: "example.com/exec"}},
+			"iscsi":      {ISCSI: &corev1.ISCSIVolumeSource{TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:disk", Lun: 0}},
+			"gitRepo":    {GitRepo: &corev1.GitRepoVolumeSource{Repository: "https://example.com/r.git"}},
+			"nfs":        {NFS: &corev1.NFSVolumeSource{Server: "10.0.0.2", Path: "/exports"}},
+		} {
+			p := plain.DeepCopy()
+			p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: src}}
+			wantRefused(t, "a pod with an inline "+name+" volume", validate(t, g, attrs(internal(t, p), nil, "pods", "", "default", "plain", admission.Create)),
+				"spec.volumes[0]."+name)
+		}
+		ok := plain.DeepCopy()
+		ok.Spec.Volumes = []corev1.Volume{{Name: "cm", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{}}},
+			{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+		if err := validate(t, g, attrs(internal(t, ok), nil, "pods", "", "default", "plain", admission.Create)); err != nil {
+			t.Errorf("configMap, emptyDir and claim volumes: %v", err)
 		}
 	})
 	t.Run("bound by the scheduler", func(t *testing.T) {
@@ -351,12 +381,31 @@ func TestKubeletAPI(t *testing.T) {
 			return d
 		}
 		admin := &user.DefaultInfo{Name: "kubernetes-admin", Groups: []string{"system:masters"}}
-		apiserver := &user.DefaultInfo{Name: controlplane.APIServerKubeletClient}
+		// As a kubelet's x509 authenticator names it.
+		x509ID := map[string][]string{user.CredentialIDKey: {"X509SHA256=8f1e"}}
+		apiserver := &user.DefaultInfo{Name: controlplane.APIServerKubeletClient, Extra: x509ID}
 		if d := ask(z, admin, "proxy", ""); d != authorizer.DecisionDeny {
 			t.Errorf("the tenant's admin at a kubelet's proxy: %v, want denied", d)
 		}
 		if d := ask(z, apiserver, "proxy", ""); d != authorizer.DecisionNoOpinion {
 			t.Errorf("the apiserver at a kubelet's proxy: %v, want no opinion", d)
+		}
+		// The same name in a certificate that also names a group (the portal's personal ones
+		// do) is not the apiserver.
+		named := &user.DefaultInfo{Name: controlplane.APIServerKubeletClient, Groups: []string{controlplane.PortalUsersGroup, user.AllAuthenticated}}
+		if d := ask(z, named, "proxy", ""); d != authorizer.DecisionDeny {
+			t.Errorf("the apiserver's name with the portal users' group at a kubelet's proxy: %v, want denied", d)
+		}
+		if d := ask(z, &user.DefaultInfo{Name: controlplane.APIServerKubeletClient, Groups: []string{user.AllAuthenticated}, Extra: x509ID}, "proxy", ""); d != authorizer.DecisionNoOpinion {
+			t.Errorf("the apiserver, authenticated, at a kubelet's proxy: %v, want no opinion", d)
+		}
+		// The same name from a token of an authenticator the tenant added (an OIDC issuer in
+		// extraArgs), with or without a token ID.
+		for _, extra := range []map[string][]string{nil, {user.CredentialIDKey: {"JTI=abc"}}} {
+			oidc := &user.DefaultInfo{Name: controlplane.APIServerKubeletClient, Groups: []string{user.AllAuthenticated}, Extra: extra}
+			if d := ask(z, oidc, "proxy", ""); d != authorizer.DecisionDeny {
+				t.Errorf("the apiserver's name from a token (extra %v) at a kubelet's proxy: %v, want denied", extra, d)
+			}
 		}
 		if d := ask(z, admin, "metrics", ""); d != authorizer.DecisionNoOpinion {
 			t.Errorf("the tenant's admin at a kubelet's metrics: %v, want no opinion", d)

@@ -1214,16 +1214,32 @@ func TestHostileTenant(t *testing.T) {
 		}
 		proxyPod := waitKubeProxyPod(t, ctx, evil, lendableNode, time.Time{})
 
-		// The same privileged pod, unbound and kept from the scheduler, then bound through the
-		// older bindings resource; or the host's / as a volume a baseline pod mounts by claim.
+		// The same privileged pod, unbound and kept from the scheduler, to bind it through the
+		// older bindings resource, or to make it privileged while a binding of its baseline
+		// self is on its way (a binding commits to the pod as stored when it lands): refused
+		// as it is written, bound or not.
 		unbound := root.DeepCopy()
 		unbound.Name, unbound.Spec.NodeName, unbound.Spec.SchedulerName = "root-unbound", "", "none"
-		if _, err := evil.CoreV1().Pods("ops").Create(ctx, unbound, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("an unbound pod: %v", err)
+		_, err = evil.CoreV1().Pods("ops").Create(ctx, unbound, metav1.CreateOptions{})
+		refused(t, "the privileged pod, unbound", err, "KubeNestTenantGuard", "privileged")
+		baseline := scriptPod("swapped", "", "sleep 3600")
+		baseline.Spec.SchedulerName = "none"
+		if baseline, err = evil.CoreV1().Pods("default").Create(ctx, baseline, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("a baseline pod, unbound: %v", err)
 		}
-		err = evil.CoreV1().RESTClient().Post().Namespace("ops").Resource("bindings").Body(&corev1.Binding{
-			ObjectMeta: metav1.ObjectMeta{Name: unbound.Name}, Target: corev1.ObjectReference{Kind: "Node", Name: lendableNode}}).Do(ctx).Error()
-		refused(t, "binding the privileged pod to the lent node through the bindings resource", err, "KubeNestTenantGuard", "privileged")
+		baseline.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: "debug", Image: BusyboxImage, SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}}
+		_, err = evil.CoreV1().Pods("default").UpdateEphemeralContainers(ctx, baseline.Name, baseline, metav1.UpdateOptions{})
+		refused(t, "a privileged ephemeral container in an unbound pod", err, "KubeNestTenantGuard", "privileged")
+		_ = evil.CoreV1().Pods("default").Delete(ctx, baseline.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		// A local disk of the node, by its id, as an inline volume of a baseline pod.
+		disk := scriptPod("disk", lendableNode, "ls /d")
+		disk.Spec.Volumes = []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{FC: &corev1.FCVolumeSource{
+			WWIDs: []string{"0QEMU_QEMU_HARDDISK_drive-scsi0-part1"}, FSType: "ext4"}}}}
+		disk.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "d", MountPath: "/d"}}
+		_, err = evil.CoreV1().Pods("default").Create(ctx, disk, metav1.CreateOptions{})
+		refused(t, "an inline fc volume naming a disk of the lent node", err, "KubeNestTenantGuard", "spec.volumes[0].fc")
+		// Or the host's / as a volume a baseline pod mounts by claim.
 		_, err = evil.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "host-root"},
 			Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}},
 				Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}}},

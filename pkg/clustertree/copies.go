@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
 // Host copies of the ConfigMaps and Secrets pods on the shared node refer to follow the
@@ -182,7 +184,7 @@ func (p *provider) deleteCopy(ctx context.Context, ref tenantRef, hostName strin
 		return err
 	}
 	ann := current.GetAnnotations()
-	if current.GetLabels()[LabelOrigin] != OriginClusterTree || ann[AnnotationTenantNamespace] != ref.namespace ||
+	if current.GetLabels()[LabelOrigin] != OriginClusterTree || current.GetLabels()[naming.LabelVirtualCluster] != p.tr.VirtualCluster || ann[AnnotationTenantNamespace] != ref.namespace ||
 		ann[AnnotationTenantName] != ref.name || ann[annotationRefreshAfter] != "" {
 		return nil
 	}

@@ -198,10 +198,14 @@ func (n *nodeAddress) slices(svc *corev1.Service, ports []corev1.ServicePort, co
 
 // AddressSliceName is the name of the address Service svc's EndpointSlice of one kind (a
 // sharednode.SliceSuffix*): sharednode.AddressSliceKubelet and AddressSliceNodePorts in the
-// tenant; in the host, after the Service's host name, so that two tenants of one host
-// namespace keep theirs apart.
+// tenant (svc is sharednode.AddressService); in the host, after the Service's host name, so
+// that two tenants of one host namespace keep theirs apart, with a third "-x-" part, which
+// HostName never gives a name, so that no copy of a tenant's EndpointSlice takes it.
 func AddressSliceName(svc, suffix string) string {
-	return naming.Shorten(svc+suffix, naming.MaxLength)
+	if svc == sharednode.AddressService {
+		return svc + suffix
+	}
+	return naming.Shorten(svc+"-x"+suffix, naming.MaxLength)
 }
 
 func addressType(a netip.Addr) discoveryv1.AddressType {

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
+
+	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
 const (
@@ -57,7 +59,7 @@ func (p *provider) syncRefs(ctx context.Context, pod *corev1.Pod, hostPod string
 		}
 	}
 	if len(refs.TokenSources) > 0 {
-		return p.refreshTokens(ctx, pod, hostPod, refs.TokenSources)
+		return p.refreshTokens(ctx, pod, TokenSecretName(hostPod), refs.TokenSources)
 	}
 	return nil
 }
@@ -156,9 +158,9 @@ func (p *provider) upsertSecret(ctx context.Context, meta metav1.ObjectMeta, typ
 }
 
 // sameOrigin refuses to overwrite a host object that is not clustertree's copy of the same
-// tenant object.
+// tenant object, of the same VirtualCluster.
 func sameOrigin(current, want *metav1.ObjectMeta) error {
-	if current.Labels[LabelOrigin] != OriginClusterTree ||
+	if current.Labels[LabelOrigin] != OriginClusterTree || current.Labels[naming.LabelVirtualCluster] != want.Labels[naming.LabelVirtualCluster] ||
 		current.Annotations[AnnotationTenantName] != want.Annotations[AnnotationTenantName] ||
 		current.Annotations[AnnotationTenantNamespace] != want.Annotations[AnnotationTenantNamespace] {
 		return fmt.Errorf("host object %s/%s exists and is not the copy of tenant object %s/%s; not overwriting it",
@@ -168,8 +170,9 @@ func sameOrigin(current, want *metav1.ObjectMeta) error {
 }
 
 // refreshTokens requests from the tenant a token per projected service-account token source,
-// bound to the tenant pod, and stores them in the host pod's token Secret.
-func (p *provider) refreshTokens(ctx context.Context, pod *corev1.Pod, hostPod string, sources []corev1.ServiceAccountTokenProjection) error {
+// bound to the tenant pod, and stores them in the host pod's token Secret, secretName (the name
+// its host pod refers to: TokenSecretName, or an earlier release's for a pod it made).
+func (p *provider) refreshTokens(ctx context.Context, pod *corev1.Pod, secretName string, sources []corev1.ServiceAccountTokenProjection) error {
 	sa := pod.Spec.ServiceAccountName
 	if sa == "" {
 		sa = "default"
@@ -200,7 +203,7 @@ func (p *provider) refreshTokens(ctx context.Context, pod *corev1.Pod, hostPod s
 		}
 	}
 	meta := metav1.ObjectMeta{
-		Name:      TokenSecretName(hostPod),
+		Name:      secretName,
 		Namespace: p.tr.HostNamespace,
 		Labels:    HostSelector(p.tr.VirtualCluster),
 		Annotations: map[string]string{
@@ -306,7 +309,7 @@ func (p *provider) maintainSecret(ctx context.Context, o metav1.Object, used boo
 			return nil
 		}
 		p.log.V(1).Info("renewing service-account tokens", "pod", klog.KObj(pod))
-		return p.refreshTokens(ctx, pod, HostName(p.tr.VirtualCluster, ns, name), refs.TokenSources)
+		return p.refreshTokens(ctx, pod, o.GetName(), refs.TokenSources)
 	}
 	m, err := p.tenantSecrets.Secrets(ns).Get(name)
 	if err == nil && m.ResourceVersion == ann[AnnotationTenantResourceVersion] {

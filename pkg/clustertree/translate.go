@@ -141,7 +141,10 @@ func separators(s string) int {
 }
 
 // TokenSecretName is the host Secret holding the tenant service-account tokens of a host pod.
-func TokenSecretName(hostPod string) string { return naming.Shorten(hostPod+"-token", 253) }
+// Its "-x-token" end is a third "-x-" part, which HostName never gives a name (it adds a hash
+// to such names instead), so no copy of a tenant object, of this VirtualCluster or another of
+// the namespace ("<vc>-token"), takes its name.
+func TokenSecretName(hostPod string) string { return naming.Shorten(hostPod+"-x-token", 253) }
 
 // TokenKey is the key of the token of a pod's index-th projected service-account token source.
 func TokenKey(index int) string { return "token-" + strconv.Itoa(index) }

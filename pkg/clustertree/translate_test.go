@@ -191,8 +191,17 @@ func TestHostNameDistinct(t *testing.T) {
 }
 
 func TestTokenSecretNameAndKey(t *testing.T) {
-	if got, want := TokenSecretName("web-x-app-x-alpha"), "web-x-app-x-alpha-token"; got != want {
+	if got, want := TokenSecretName("web-x-app-x-alpha"), "web-x-app-x-alpha-x-token"; got != want {
 		t.Errorf("TokenSecretName = %q, want %q", got, want)
+	}
+	// No copy of a tenant object takes a token Secret's name: not of VirtualCluster
+	// "alpha-token" beside "alpha", nor of one named to look like it.
+	for _, vc := range []string{"alpha-token", "alpha-x-token", "token"} {
+		for _, ns := range []string{"app", "app-x-alpha"} {
+			if got := HostName(vc, ns, "web"); got == TokenSecretName(HostName("alpha", "app", "web")) {
+				t.Errorf("HostName(%q, %q, web) = %q, the token Secret of alpha's pod app/web", vc, ns, got)
+			}
+		}
 	}
 	a, b := hn(strings.Repeat("a", 100)), hn(strings.Repeat("a", 101))
 	for _, pod := range []string{a, b} {

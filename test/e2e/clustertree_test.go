@@ -268,7 +268,7 @@ func TestSharedNode(t *testing.T) {
 		}
 	})
 
-	t.Run("a privileged pod is refused with a message", func(t *testing.T) {
+	t.Run("a privileged pod is refused with a message; a pod only the shared node cannot run waits, saying why", func(t *testing.T) {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "default"},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{
@@ -276,16 +276,28 @@ func TestSharedNode(t *testing.T) {
 				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
 			}}},
 		}
+		// No node of a tenant without the platform's grant runs it: its apiserver refuses it.
+		_, err := tenant.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "KubeNestTenantGuard") || !strings.Contains(err.Error(), "privileged") {
+			t.Fatalf("a privileged pod: %v, want refused by the tenant guard", err)
+		}
+		// A pod with a volume claim is baseline, and a lent node would run it; the shared node
+		// does not. The tenant's scheduler never binds it there: it stays Pending, and says why.
+		p = &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "claimer", Namespace: "default"},
+			Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "main", Image: BusyboxImage, Command: []string{"sleep", "60"},
+					VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+				Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}},
+			},
+		}
 		if _, err := tenant.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		// The tenant's scheduler never binds it to the shared node, which would not run it (and
-		// the tenant's apiserver would refuse to bind it to a lent node): it stays Pending, and
-		// says why.
 		var got *corev1.Pod
 		var scheduled *corev1.PodCondition
-		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			got, err = tenant.CoreV1().Pods("default").Get(ctx, "root", metav1.GetOptions{})
+		err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			got, err = tenant.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{})
 			if err != nil {
 				return false, nil
 			}
@@ -296,11 +308,11 @@ func TestSharedNode(t *testing.T) {
 			}
 			return scheduled != nil, nil
 		})
-		if err != nil || got.Status.Phase != corev1.PodPending || got.Spec.NodeName != "" || !strings.Contains(scheduled.Message, "spec.containers[0].securityContext.privileged") {
-			t.Fatalf("privileged pod: %v; node %q, status %+v", err, got.Spec.NodeName, got.Status)
+		if err != nil || got.Status.Phase != corev1.PodPending || got.Spec.NodeName != "" || !strings.Contains(scheduled.Message, "spec.volumes[0].persistentVolumeClaim") {
+			t.Fatalf("a pod with a volume claim: %v; node %q, status %+v", err, got.Spec.NodeName, got.Status)
 		}
-		t.Logf("refused: %s", scheduled.Message)
-		_ = tenant.CoreV1().Pods("default").Delete(ctx, "root", metav1.DeleteOptions{})
+		t.Logf("waiting: %s", scheduled.Message)
+		_ = tenant.CoreV1().Pods("default").Delete(ctx, p.Name, metav1.DeleteOptions{})
 	})
 
 	t.Run("deleting a host pod gets the tenant a new one", func(t *testing.T) {

@@ -281,14 +281,15 @@ func TestSharedNode(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "KubeNestTenantGuard") || !strings.Contains(err.Error(), "privileged") {
 			t.Fatalf("a privileged pod: %v, want refused by the tenant guard", err)
 		}
-		// A pod with a volume claim is baseline, and a lent node would run it; the shared node
-		// does not. The tenant's scheduler never binds it there: it stays Pending, and says why.
+		// A pod with a CSI volume is baseline, and a lent node with that driver would run it;
+		// the shared node does not. The tenant's scheduler never binds it there: it stays
+		// Pending, and says why.
 		p = &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "claimer", Namespace: "default"},
+			ObjectMeta: metav1.ObjectMeta{Name: "csi", Namespace: "default"},
 			Spec: corev1.PodSpec{
 				Containers: []corev1.Container{{Name: "main", Image: BusyboxImage, Command: []string{"sleep", "60"},
 					VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
-				Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}},
+				Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "csi.example.com"}}}},
 			},
 		}
 		if _, err := tenant.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -308,8 +309,8 @@ func TestSharedNode(t *testing.T) {
 			}
 			return scheduled != nil, nil
 		})
-		if err != nil || got.Status.Phase != corev1.PodPending || got.Spec.NodeName != "" || !strings.Contains(scheduled.Message, "spec.volumes[0].persistentVolumeClaim") {
-			t.Fatalf("a pod with a volume claim: %v; node %q, status %+v", err, got.Spec.NodeName, got.Status)
+		if err != nil || got.Status.Phase != corev1.PodPending || got.Spec.NodeName != "" || !strings.Contains(scheduled.Message, "spec.volumes[0]: this volume type is not supported on the shared node") {
+			t.Fatalf("a pod with a CSI volume: %v; node %q, status %+v", err, got.Spec.NodeName, got.Status)
 		}
 		t.Logf("waiting: %s", scheduled.Message)
 		_ = tenant.CoreV1().Pods("default").Delete(ctx, p.Name, metav1.DeleteOptions{})

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 )
 
@@ -64,4 +65,19 @@ func RemoveIfUnused(ctx context.Context, c client.Client, reader client.Reader, 
 	}
 	ctrl.LoggerFrom(ctx).Info("control-plane namespace deleted: its namespace has no tenant or snapshot left", "namespace", name)
 	return nil
+}
+
+// IsControlPlanePod says whether pod, whose labels are those of a tenant's etcd or control-plane
+// pod (nodepool.ControlPlaneSelector), is one: in the control-plane namespace its labels name,
+// where only the operator makes pods, or in the namespace of a VirtualCluster an earlier release
+// made that keeps its control plane there. The labels alone prove nothing: anyone who may create
+// pods somewhere can put them on a pod pinned to every lendable node, which would then never be
+// lent.
+func IsControlPlanePod(ctx context.Context, c client.Reader, pod *corev1.Pod) bool {
+	if ns := pod.Labels[naming.LabelVirtualClusterNamespace]; ns != "" && pod.Namespace == naming.ControlPlaneNamespace(ns) {
+		return true
+	}
+	vc := &v1alpha1.VirtualCluster{}
+	return c.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[naming.LabelVirtualCluster]}, vc) == nil &&
+		controlplane.Namespace(vc) == pod.Namespace
 }

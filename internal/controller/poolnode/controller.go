@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/cpnamespace"
 	"github.com/kubenest-io/kubenest/internal/ssa"
 	"github.com/kubenest-io/kubenest/internal/tenantclient"
 	"github.com/kubenest-io/kubenest/pkg/nodepool"
@@ -300,7 +301,8 @@ func (r *Reconciler) controlPlaneOn(ctx context.Context, node string) (string, e
 		return "", fmt.Errorf("listing tenants' control-plane pods: %w", err)
 	}
 	for _, p := range pods.Items {
-		if p.Spec.NodeName == node && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+		if p.Spec.NodeName == node && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed &&
+			cpnamespace.IsControlPlanePod(ctx, r.Client, &p) {
 			return "pod " + p.Namespace + "/" + p.Name, nil
 		}
 	}

@@ -271,23 +271,33 @@ func TestNodeLending(t *testing.T) {
 	})
 
 	t.Run("a node that runs a tenant's control plane is not lent", func(t *testing.T) {
-		etcd := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "other-etcd-0", Namespace: "default",
-				Labels: map[string]string{naming.LabelVirtualCluster: "other", naming.LabelComponent: naming.ComponentEtcd}},
-			Spec: corev1.PodSpec{NodeName: lendable, Containers: []corev1.Container{{Name: "etcd", Image: "kubenest"}}},
+		// Another namespace's tenant's etcd, in its control-plane namespace; and a pod of a
+		// namespace's user with the same labels, which is no tenant's and must not count.
+		mustCreateObj(t, ctx, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: naming.ControlPlaneNamespace("others")}})
+		mustCreateObj(t, ctx, c, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: naming.ControlPlaneNamespace("others")}})
+		labels := map[string]string{naming.LabelVirtualCluster: "other", naming.LabelVirtualClusterNamespace: "others", naming.LabelComponent: naming.ComponentEtcd}
+		forged := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "aaa-forged-etcd", Namespace: "default", Labels: labels},
+			Spec:       corev1.PodSpec{NodeName: lendable, Containers: []corev1.Container{{Name: "etcd", Image: "kubenest"}}},
 		}
-		mustCreateObj(t, ctx, c, etcd)
-		markPodReady(t, ctx, c, etcd)
+		etcd := forged.DeepCopy()
+		etcd.Name, etcd.Namespace = "other-etcd-0", naming.ControlPlaneNamespace("others")
+		for _, p := range []*corev1.Pod{forged, etcd} {
+			mustCreateObj(t, ctx, c, p)
+			markPodReady(t, ctx, c, p)
+		}
 		patchVC(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) { v.Spec.Nodes.Promotions[0].Count = 1 })
 		got := waitFor(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) bool {
 			cond := meta.FindStatusCondition(v.Status.Conditions, v1alpha1.ConditionNodesReady)
-			return cond != nil && strings.Contains(cond.Message, "runs pod default/other-etcd-0")
+			return cond != nil && strings.Contains(cond.Message, "runs pod "+etcd.Namespace+"/other-etcd-0")
 		})
 		if pn := waitPool(t, ctx, c, "the PoolNode", func(*v1alpha1.PoolNode) bool { return true }); pn.Spec.Tenant != nil {
 			t.Errorf("the node was lent anyway: %+v (status.nodes %+v)", pn.Spec.Tenant, got.Status.Nodes)
 		}
-		if err := c.Delete(ctx, etcd, client.GracePeriodSeconds(0)); err != nil {
-			t.Fatal(err)
+		for _, p := range []*corev1.Pod{forged, etcd} {
+			if err := c.Delete(ctx, p, client.GracePeriodSeconds(0)); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 

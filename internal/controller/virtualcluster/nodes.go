@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/controller/cpnamespace"
 	"github.com/kubenest-io/kubenest/internal/controller/poolnode"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/nodepool"
@@ -187,7 +188,7 @@ func (r *Reconciler) controlPlaneNodes(ctx context.Context) (map[string]string, 
 	}
 	out := map[string]string{}
 	for _, p := range pods.Items {
-		if p.Spec.NodeName == "" || podutil.IsPodTerminal(&p) {
+		if p.Spec.NodeName == "" || podutil.IsPodTerminal(&p) || !cpnamespace.IsControlPlanePod(ctx, r.Client, &p) {
 			continue
 		}
 		if _, seen := out[p.Spec.NodeName]; !seen {

@@ -817,6 +817,45 @@ func TestSync(t *testing.T) {
 		}
 	})
 
+	t.Run("an EndpointSlice past the tenant's budget is not copied, and its Service says why", func(t *testing.T) {
+		// Thousands of ports on one slice of an address of the tenant's own: 100 such slices a
+		// Service, a few hundred Services, would fill the host's etcd.
+		mustCreate(t, func() error {
+			_, err := tc.CoreV1().Services(tenantNS).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "wide"},
+				Spec: corev1.ServiceSpec{ClusterIP: "10.0.3.44", Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}, metav1.CreateOptions{})
+			return err
+		})
+		ports := make([]discoveryv1.EndpointPort, 16000)
+		for i := range ports {
+			ports[i] = discoveryv1.EndpointPort{Name: ptr.To(fmt.Sprintf("port-%05d", i)), Port: ptr.To[int32](80)}
+		}
+		mustCreate(t, func() error {
+			_, err := tc.DiscoveryV1().EndpointSlices(tenantNS).Create(ctx, &discoveryv1.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Name: "wide-1", Labels: map[string]string{discoveryv1.LabelServiceName: "wide"}},
+				AddressType: discoveryv1.AddressTypeIPv4,
+				Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.7.9"}}},
+				Ports:       ports,
+			}, metav1.CreateOptions{})
+			return err
+		})
+		wide := clustertree.HostName(vcName, tenantNS, "wide")
+		waitHostService(t, ctx, hc, wide)
+		waitEvent(t, ctx, tc, "wide", clustertree.ReasonCopyBudget, "--shared-node-copy-bytes")
+		if list, err := hc.DiscoveryV1().EndpointSlices(hostNS).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + wide}); err != nil || len(list.Items) != 0 {
+			t.Errorf("host EndpointSlices of %s: %d, %v; want none", wide, len(list.Items), err)
+		}
+		if err := tc.CoreV1().Services(tenantNS).Delete(ctx, "wide", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.DiscoveryV1().EndpointSlices(tenantNS).Delete(ctx, "wide-1", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, ctx, func(ctx context.Context) error {
+			_, err := hc.CoreV1().Services(hostNS).Get(ctx, wide, metav1.GetOptions{})
+			return err
+		}, "host copy of Service wide")
+	})
+
 	t.Run("the host keeps the containers of the tenant's newest ended pods only, and the tenant all its pods", func(t *testing.T) {
 		// The node keeps 3 (startNode); 5 pods end, one a second: the host pods of the two
 		// that ended first go, the tenant's pods stay as they ended.

@@ -47,8 +47,10 @@ func refsIndex(obj any) ([]string, error) {
 }
 
 const (
-	kindConfigMap = "ConfigMap"
-	kindSecret    = "Secret"
+	kindConfigMap     = "ConfigMap"
+	kindSecret        = "Secret"
+	kindService       = "Service"
+	kindEndpointSlice = "EndpointSlice"
 )
 
 // tenantRef names a tenant ConfigMap or Secret.

@@ -16,6 +16,10 @@ import (
 // what its pods' volumes hold: a pod whose copies would take the tenant past it fails with
 // reason ReasonCopyBudget, and a change that would grow a copy past it is not copied (the
 // host keeps the copy as it was, as a kubelet that cannot write a volume keeps its files).
+// The copies of its Services and EndpointSlices (services.go) count against the same budget,
+// by their encoded size: a Service of thousands of ports or slices of thousands of endpoints
+// would fill the host's etcd as well. One that does not fit is not copied, and the tenant
+// Service gets a ReasonCopyBudget event.
 
 // ReasonCopyBudget: the ConfigMaps and Secrets a pod refers to would take the tenant's host
 // copies past Config.CopyBytes.
@@ -44,7 +48,7 @@ type copyBudgetError struct {
 }
 
 func (e *copyBudgetError) Error() string {
-	return fmt.Sprintf("%s %s (%s) would take the tenant's ConfigMaps and Secrets copied into the host to %s, past the platform's %s (--shared-node-copy-bytes)",
+	return fmt.Sprintf("%s %s (%s) would take what the tenant has copied into the host (its ConfigMaps, Secrets, Services and EndpointSlices) to %s, past the platform's %s (--shared-node-copy-bytes)",
 		e.kind, e.name, humanBytes(e.size), humanBytes(e.total), humanBytes(e.max))
 }
 
@@ -120,6 +124,16 @@ func (b *copyBudget) count(kind string, copies []metav1.Object) {
 			b.sizes[key] = n
 		}
 	}
+}
+
+// hold counts size bytes for the copy kind/name as it is in the host, past the limit or not
+// (copies made before the virtual node started, or before the limit was lowered).
+func (b *copyBudget) hold(kind, name string, size int64) {
+	key := kind + "/" + name
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.total += size - b.sizes[key]
+	b.sizes[key] = size
 }
 
 // dataBytes is the size of a copy's data: its keys and values.

@@ -97,7 +97,8 @@ type Config struct {
 	// host's shared capacity.
 	Quota corev1.ResourceList
 	// CopyBytes bounds the bytes of the host copies of the tenant's ConfigMaps and Secrets its
-	// pods on the virtual node refer to (copybudget.go). 0: no bound.
+	// pods on the virtual node refer to, and of its Services and EndpointSlices
+	// (copybudget.go). 0: no bound.
 	CopyBytes int64
 	// FinishedPods is how many of the tenant's ended pods on the virtual node keep their host
 	// pods, and so their containers' logs; the host pods of older ones are removed
@@ -362,7 +363,7 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Go(func() {
 		if err := runServiceMirror(ctx, mirrorConfig{
 			tr: prov.tr, owner: prov.owner, host: host, held: held, tenant: tenant, hostPods: hostPods.Informer(),
-			lent: cfg.TenantAddresses, recorder: recorder, resync: cfg.SyncPeriod, workers: 2,
+			lent: cfg.TenantAddresses, recorder: recorder, resync: cfg.SyncPeriod, workers: 2, copies: copies,
 			node: nodeAddr, controlPlane: controlPlane,
 		}); err != nil {
 			log.Error(err, "tenant Services are not copied into the host")

@@ -181,8 +181,10 @@ type serviceMirror struct {
 	recorder record.EventRecorder
 	// node keeps the shared node's address Service (nodeaddress.go), under sharedNodeKey;
 	// nil: the node has the operator's address, and there is none.
-	node  *nodeAddress
-	queue workqueue.TypedRateLimitingInterface[cache.ObjectName]
+	node *nodeAddress
+	// copies counts the bytes of the copies against the tenant's budget (copybudget.go).
+	copies *copyBudget
+	queue  workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	log   klog.Logger
 }
 
@@ -202,6 +204,7 @@ type mirrorConfig struct {
 	// control-plane pods in the host, where its NodePorts lead.
 	node         *nodeAddress
 	controlPlane cache.SharedIndexInformer
+	copies       *copyBudget
 }
 
 // runServiceMirror mirrors until ctx ends.
@@ -215,6 +218,7 @@ func runServiceMirror(ctx context.Context, c mirrorConfig) error {
 		lent:     c.lent,
 		recorder: c.recorder,
 		node:     c.node,
+		copies:   c.copies,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "clustertree-services"}),
 		log: klog.FromContext(ctx).WithName("services"),
@@ -288,7 +292,16 @@ func runServiceMirror(ctx context.Context, c mirrorConfig) error {
 		return fmt.Errorf("listing host copies of tenant Services: %w", err)
 	}
 	for _, s := range existing.Items {
+		m.copies.hold(kindService, s.Name, int64(s.Size()))
 		m.queue.Add(cache.ObjectName{Namespace: s.Annotations[AnnotationTenantNamespace], Name: s.Annotations[AnnotationTenantName]})
+	}
+	existingSlices, err := host.DiscoveryV1().EndpointSlices(tr.HostNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labels.SelectorFromSet(HostSelector(tr.VirtualCluster)).String()})
+	if err != nil {
+		return fmt.Errorf("listing host copies of tenant EndpointSlices: %w", err)
+	}
+	for _, s := range existingSlices.Items {
+		m.copies.hold(kindEndpointSlice, s.Name, int64(s.Size()))
 	}
 	for range workers {
 		go func() {
@@ -384,7 +397,18 @@ func (m *serviceMirror) sync(ctx context.Context, key cache.ObjectName) (bool, e
 		}
 		// The host's garbage collector removes its EndpointSlices, which it owns.
 		m.log.Info("removing the host copy of a tenant Service", "service", key.String(), "hostService", hostName)
-		return false, deleteService(ctx, m.host, m.held, current)
+		slices, err := hostSlices(ctx, m.host, m.tr.HostNamespace, current.Name)
+		if err != nil {
+			return false, err
+		}
+		if err := deleteService(ctx, m.host, m.held, current); err != nil {
+			return false, err
+		}
+		m.copies.release(kindService, current.Name)
+		for _, s := range slices {
+			m.copies.release(kindEndpointSlice, s.Name)
+		}
+		return false, nil
 	}
 	want.OwnerReferences = []metav1.OwnerReference{m.owner}
 	// A ClusterIP cannot change: a tenant Service made again with another one is copied again.
@@ -394,17 +418,30 @@ func (m *serviceMirror) sync(ctx context.Context, key cache.ObjectName) (bool, e
 		}
 		current = nil
 	}
-	switch {
-	case current == nil:
-		if current, err = createService(ctx, m.host, m.held, want); err != nil {
-			return false, fmt.Errorf("creating host Service %s: %w", hostName, err)
+	changed := current != nil && (!equality.Semantic.DeepEqual(current.Spec.Ports, want.Spec.Ports) ||
+		current.Spec.SessionAffinity != want.Spec.SessionAffinity || current.Spec.PublishNotReadyAddresses != want.Spec.PublishNotReadyAddresses)
+	if current == nil || changed {
+		next := want
+		if changed {
+			next = current.DeepCopy()
+			next.Spec.Ports, next.Spec.SessionAffinity, next.Spec.PublishNotReadyAddresses =
+				want.Spec.Ports, want.Spec.SessionAffinity, want.Spec.PublishNotReadyAddresses
 		}
-		m.log.Info("copied a tenant Service into the host", "service", key.String(), "hostService", hostName, "clusterIP", want.Spec.ClusterIP)
-	case !equality.Semantic.DeepEqual(current.Spec.Ports, want.Spec.Ports) || current.Spec.SessionAffinity != want.Spec.SessionAffinity ||
-		current.Spec.PublishNotReadyAddresses != want.Spec.PublishNotReadyAddresses:
-		current.Spec.Ports, current.Spec.SessionAffinity, current.Spec.PublishNotReadyAddresses =
-			want.Spec.Ports, want.Spec.SessionAffinity, want.Spec.PublishNotReadyAddresses
-		if current, err = services.Update(ctx, current, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+		undo, err := m.copies.reserveCopy(kindService, &next.ObjectMeta, int64(next.Size()))
+		if err != nil {
+			// A copy that does not fit is not made, or keeps what it was.
+			m.recorder.Eventf(tenant, corev1.EventTypeWarning, ReasonCopyBudget, "not copied into the host: %v", err)
+			if current == nil {
+				return false, nil
+			}
+		} else if current == nil {
+			if current, err = createService(ctx, m.host, m.held, want); err != nil {
+				undo()
+				return false, fmt.Errorf("creating host Service %s: %w", hostName, err)
+			}
+			m.log.Info("copied a tenant Service into the host", "service", key.String(), "hostService", hostName, "clusterIP", want.Spec.ClusterIP)
+		} else if current, err = services.Update(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			undo()
 			return false, fmt.Errorf("updating host Service %s: %w", hostName, err)
 		}
 	}
@@ -427,7 +464,16 @@ func (m *serviceMirror) syncSlices(ctx context.Context, tenant *corev1.Service, 
 	var want []*discoveryv1.EndpointSlice
 	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID}
 	slices.SortFunc(tenantSlices, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+	current, err := hostSlices(ctx, m.host, m.tr.HostNamespace, svc.Name)
+	if err != nil {
+		return false, err
+	}
+	have := map[string]*discoveryv1.EndpointSlice{}
+	for _, c := range current {
+		have[c.Name] = c
+	}
 	over := 0
+	var overBudget error
 	for _, ts := range tenantSlices {
 		copied, out := m.tr.EndpointSlice(ts, svc.Name, ours.Contains)
 		dropped = append(dropped, out...)
@@ -438,6 +484,14 @@ func (m *serviceMirror) syncSlices(ctx context.Context, tenant *corev1.Service, 
 			over++
 		default:
 			copied.OwnerReferences = []metav1.OwnerReference{owner}
+			if _, err := m.copies.reserveCopy(kindEndpointSlice, &copied.ObjectMeta, int64(copied.Size())); err != nil {
+				// Not copied, or kept as it was.
+				overBudget = err
+				if h, ok := have[copied.Name]; ok {
+					want = append(want, h)
+				}
+				continue
+			}
 			want = append(want, copied)
 		}
 	}
@@ -445,12 +499,17 @@ func (m *serviceMirror) syncSlices(ctx context.Context, tenant *corev1.Service, 
 		m.recorder.Eventf(tenant, corev1.EventTypeWarning, ReasonEndpointSlicesDropped,
 			"%d EndpointSlices with endpoints are not copied into the host: a Service has at most %d there", over, MaxEndpointSlicesPerService)
 	}
-	current, err := hostSlices(ctx, m.host, m.tr.HostNamespace, svc.Name)
-	if err != nil {
-		return false, err
+	if overBudget != nil {
+		m.recorder.Eventf(tenant, corev1.EventTypeWarning, ReasonCopyBudget, "EndpointSlices not copied into the host: %v", overBudget)
 	}
 	if err := applySlices(ctx, m.host.DiscoveryV1().EndpointSlices(m.tr.HostNamespace), current, want); err != nil {
 		return false, fmt.Errorf("copying the EndpointSlices of tenant Service %s/%s into the host: %w", tenant.Namespace, tenant.Name, err)
+	}
+	for _, w := range want {
+		delete(have, w.Name)
+	}
+	for name := range have { // deleted by applySlices
+		m.copies.release(kindEndpointSlice, name)
 	}
 	if len(dropped) > 0 {
 		slices.Sort(dropped)

@@ -185,7 +185,7 @@ type serviceMirror struct {
 	// copies counts the bytes of the copies against the tenant's budget (copybudget.go).
 	copies *copyBudget
 	queue  workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	log   klog.Logger
+	log    klog.Logger
 }
 
 // mirrorConfig is what the mirror takes from the virtual node.

@@ -215,7 +215,8 @@ func withScratchEtcd(ctx context.Context, lg *zap.Logger, dir string, peer, clie
 
 // Keys of the kube-apiserver's storage (its default --etcd-prefix) a restore rewrites.
 const (
-	servicesPrefix = "/registry/services/specs/"
+	servicesPrefix          = "/registry/services/specs/"
+	persistentVolumesPrefix = "/registry/persistentvolumes/"
 )
 
 // dropped are the kinds a restore leaves out. The ServiceCIDRs and IPAddresses are of the old
@@ -227,14 +228,49 @@ const (
 // leading until it expired.
 var dropped = []string{"/registry/servicecidrs/", "/registry/ipaddresses/", "/registry/pods/", "/registry/minions/", "/registry/leases/"}
 
-// Prepare readies a restored snapshot for a new tenant: see MoveServices and dropped.
+// Prepare readies a restored snapshot for a new tenant: see MoveServices, DropNodeVolumes and
+// dropped.
 func Prepare(ctx context.Context, c *clientv3.Client, from, to netip.Prefix) error {
 	if err := MoveServices(ctx, c, from, to); err != nil {
+		return err
+	}
+	if err := DropNodeVolumes(ctx, c); err != nil {
 		return err
 	}
 	for _, prefix := range dropped {
 		if _, err := c.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
 			return fmt.Errorf("deleting %s*: %w", prefix, err)
+		}
+	}
+	return nil
+}
+
+// DropNodeVolumes deletes the PersistentVolumes that are not a CSI driver's: those the node
+// itself mounts (hostPath, local, fc, iscsi, nfs, ...). A tenant granted privileged pods may
+// have made them, and a snapshot of it restored as a tenant without the grant would give its
+// baseline pods a claim on a lent node's own disk (the tenant guard refuses such volumes only
+// as they are written, and a restore writes none through the apiserver). Their claims are
+// left, Lost: a tenant granted privileged pods makes them again.
+func DropNodeVolumes(ctx context.Context, c *clientv3.Client) error {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	codec := protobuf.NewSerializer(scheme, scheme)
+	resp, err := c.Get(ctx, persistentVolumesPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("reading the PersistentVolumes: %w", err)
+	}
+	for _, kv := range resp.Kvs {
+		obj, _, err := codec.Decode(kv.Value, nil, nil)
+		if err != nil {
+			return fmt.Errorf("decoding %s: %w", kv.Key, err)
+		}
+		if pv, ok := obj.(*corev1.PersistentVolume); ok && pv.Spec.CSI != nil {
+			continue
+		}
+		if _, err := c.Delete(ctx, string(kv.Key)); err != nil {
+			return fmt.Errorf("deleting %s: %w", kv.Key, err)
 		}
 	}
 	return nil

@@ -295,15 +295,7 @@ func nodeVolumes(volumes []corev1.Volume) string {
 			s.PersistentVolumeClaim != nil || s.Projected != nil || s.Secret != nil || s.Image != nil {
 			continue
 		}
-		kind := "this kind of"
-		if b, err := json.Marshal(s); err == nil {
-			var fields map[string]json.RawMessage
-			if json.Unmarshal(b, &fields) == nil {
-				for k := range fields {
-					kind = k
-				}
-			}
-		}
+		kind := setField(s)
 		return fmt.Sprintf("spec.volumes[%d].%s: a %s volume is mounted by the node from its own devices, drivers or network identity; pods of lent nodes may have configMap, csi, downwardAPI, emptyDir, ephemeral, image, persistentVolumeClaim, projected and secret volumes", i, kind, kind)
 	}
 	return ""
@@ -327,8 +319,11 @@ func unchangedForPodSecurity(old, in *api.Pod) bool {
 	return true
 }
 
-// persistentVolume refuses, under baseline, volumes of the node's own files or devices: a
-// baseline pod mounts any claim, and the kubelet mounts what the claim's volume names.
+// persistentVolume refuses, under baseline, volumes the node itself would mount from its own
+// files, devices, drivers or network identity (hostPath, local, fc, iscsi, flexVolume, nfs and
+// the other in-tree kinds; nodeVolumes says why for pods): a baseline pod mounts any claim,
+// and the kubelet mounts what the claim's volume names. Volumes of a CSI driver are the
+// driver's to mount.
 func (g *Guard) persistentVolume(a admission.Attributes) error {
 	pv, ok := a.GetObject().(*api.PersistentVolume)
 	if !ok {
@@ -337,21 +332,33 @@ func (g *Guard) persistentVolume(a admission.Attributes) error {
 	if old, ok := a.GetOldObject().(*api.PersistentVolume); ok && equality.Semantic.DeepEqual(old.Spec.PersistentVolumeSource, pv.Spec.PersistentVolumeSource) {
 		return nil // admitted before (the binder's and the protection controller's updates)
 	}
-	src, path := pv.Spec.PersistentVolumeSource, field.NewPath("spec")
-	var errs field.ErrorList
-	for _, kind := range []struct {
-		name string
-		set  bool
-	}{
-		{"hostPath", src.HostPath != nil}, {"local", src.Local != nil}, {"flexVolume", src.FlexVolume != nil}, {"fc", src.FC != nil},
-	} {
-		if kind.set {
-			errs = append(errs, field.Forbidden(path.Child(kind.name), fmt.Sprintf(
-				"%s volumes are the node's own files or devices, which a pod of this cluster must not reach on the host machines lent to it (Pod Security %q; the platform may grant privileged pods per VirtualCluster with spec.nodes.podSecurity)",
-				kind.name, g.cfg.NodePodSecurity)))
+	if pv.Spec.CSI != nil {
+		return nil
+	}
+	v1pv := &corev1.PersistentVolume{}
+	if err := apiv1.Convert_core_PersistentVolume_To_v1_PersistentVolume(pv, v1pv, nil); err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	kind := setField(v1pv.Spec.PersistentVolumeSource)
+	return g.forbidden(a, field.ErrorList{field.Forbidden(field.NewPath("spec", kind), fmt.Sprintf(
+		"%s volumes are mounted by the node from its own files, devices, drivers or network identity, which a pod of this cluster must not reach on the host machines lent to it; PersistentVolumes of CSI drivers are allowed (Pod Security %q; the platform may grant privileged pods per VirtualCluster with spec.nodes.podSecurity)",
+		kind, g.cfg.NodePodSecurity))})
+}
+
+// setField is the JSON name of the field set in a v1 volume source (a struct of pointers, one
+// set), or "volume".
+func setField(source any) string {
+	if b, err := json.Marshal(source); err == nil {
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(b, &fields) == nil {
+			for k, v := range fields {
+				if string(v) != "null" {
+					return k
+				}
+			}
 		}
 	}
-	return g.forbidden(a, errs)
+	return "volume"
 }
 
 // podConnect refuses, under baseline, exec, attach and port-forward into a pod bound to a

@@ -305,6 +305,8 @@ func TestPersistentVolumes(t *testing.T) {
 		"local":      {Local: &api.LocalVolumeSource{Path: "/dev/sda"}},
 		"flexVolume": {FlexVolume: &api.FlexPersistentVolumeSource{Driver: "x/y"}},
 		"fc":         {FC: &api.FCVolumeSource{WWIDs: []string{"w"}}},
+		"iscsi":      {ISCSI: &api.ISCSIPersistentVolumeSource{TargetPortal: "10.0.0.1:3260", IQN: "iqn.2001-04.com.example:d"}},
+		"nfs":        {NFS: &api.NFSVolumeSource{Server: "10.0.0.2", Path: "/exports"}},
 	} {
 		wantRefused(t, name, validate(t, g, attrs(pv(src), nil, "persistentvolumes", "", "", "pv", admission.Create)), "spec."+name, `Pod Security "baseline"`)
 	}

@@ -45,7 +45,21 @@ type Proxy struct {
 	// DialTimeout bounds a connection to a ClusterIP (10 s when zero); UDPIdle ends a UDP flow
 	// that has been quiet that long (2 min when zero, as conntrack's UDP stream timeout).
 	DialTimeout, UDPIdle time.Duration
+	// MaxConnections bounds the TCP connections, and MaxFlows the UDP flows (each a socket, a
+	// goroutine and a 64 KiB buffer), each port serves at once (DefaultMaxConnections and
+	// DefaultMaxFlows when zero). The ports are reached from any pod of the host, other
+	// tenants' included, and this process is the tenant's controller-manager's: without a
+	// bound, one pod opening connections or sending from thousands of source ports would take
+	// its memory and file descriptors. Past it, a connection is closed at once and a datagram
+	// of a new flow dropped.
+	MaxConnections, MaxFlows int
 }
+
+// Bounds of a port's connections and flows (Proxy.MaxConnections, MaxFlows).
+const (
+	DefaultMaxConnections = 1024
+	DefaultMaxFlows       = 256
+)
 
 // Key is one NodePort: a protocol and a port number.
 type Key struct {
@@ -94,6 +108,12 @@ func (p *Proxy) Run(ctx context.Context) error {
 	log := klog.FromContext(ctx).WithName("nodeports")
 	if p.DialTimeout == 0 {
 		p.DialTimeout = 10 * time.Second
+	}
+	if p.MaxConnections == 0 {
+		p.MaxConnections = DefaultMaxConnections
+	}
+	if p.MaxFlows == 0 {
+		p.MaxFlows = DefaultMaxFlows
 	}
 	if p.UDPIdle == 0 {
 		p.UDPIdle = 2 * time.Minute
@@ -231,6 +251,7 @@ func (s *server) listen(ctx context.Context, k Key, t Target) (*port, error) {
 // serveTCP passes each connection to the port's target until l is closed.
 func (s *server) serveTCP(ctx context.Context, l net.Listener, p *port) {
 	dialer := net.Dialer{Timeout: s.proxy.DialTimeout}
+	open := make(chan struct{}, s.proxy.MaxConnections)
 	for {
 		conn, err := l.Accept()
 		if err != nil {
@@ -239,7 +260,15 @@ func (s *server) serveTCP(ctx context.Context, l net.Listener, p *port) {
 			}
 			return
 		}
+		select {
+		case open <- struct{}{}:
+		default:
+			s.log.V(2).Info("a NodePort serves as many connections as it may; closing a new one", "port", l.Addr().String(), "max", s.proxy.MaxConnections)
+			conn.Close()
+			continue
+		}
 		go func() {
+			defer func() { <-open }()
 			defer conn.Close()
 			t := p.target.Load()
 			up, err := dialer.DialContext(ctx, "tcp", t.Addr.String())
@@ -289,6 +318,10 @@ func (s *server) serveUDP(ctx context.Context, c net.PacketConn, p *port) {
 		}
 		mu.Lock()
 		flow, ok := flows[client.String()]
+		if !ok && len(flows) >= s.proxy.MaxFlows {
+			mu.Unlock()
+			continue // a datagram of a new flow, past the bound: dropped, as by a full conntrack table
+		}
 		if !ok {
 			t := p.target.Load()
 			if flow, err = net.Dial("udp", t.Addr.String()); err != nil {

@@ -174,3 +174,62 @@ func TestTargets(t *testing.T) {
 		t.Errorf("a Service outside the range is not refused saying why: %v", refused)
 	}
 }
+
+// TestProxyBounds: a port serves at most MaxConnections TCP connections and MaxFlows UDP flows
+// at once, whoever opens them: past them a connection is closed and a new flow's datagram
+// dropped, and the port serves again once some have ended.
+func TestProxyBounds(t *testing.T) {
+	tcp, udp := echoTCP(t, "a:"), echoUDP(t, "u:")
+	webPort, dnsPort := freePort(t), freePort(t)
+	client := fake.NewClientset(
+		nodePortService("web", "127.0.0.1", corev1.ServicePort{Port: int32(tcp), NodePort: webPort}),
+		nodePortService("dns", "127.0.0.1", corev1.ServicePort{Port: int32(udp), NodePort: dnsPort, Protocol: corev1.ProtocolUDP}),
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		done <- (&Proxy{Client: client, ServiceCIDR: netip.MustParsePrefix("127.0.0.1/32"), ListenHost: "127.0.0.1",
+			MaxConnections: 2, MaxFlows: 1, UDPIdle: time.Second}).Run(ctx)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	eventually(t, "the TCP NodePort does not answer", func() bool { return ask("tcp", webPort, "hi") == "a:hi" })
+
+	// Two connections that say nothing hold the port's two places.
+	var held []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(webPort))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	eventually(t, "a third connection is served while two are held", func() bool { return ask("tcp", webPort, "hi") == "" })
+	for _, c := range held {
+		c.Close()
+	}
+	eventually(t, "the port does not serve again once the held connections end", func() bool { return ask("tcp", webPort, "hi") == "a:hi" })
+
+	// One UDP flow, kept alive: another client's datagrams are dropped until it ends.
+	keep, err := net.Dial("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(dnsPort))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Close()
+	eventually(t, "the UDP NodePort does not answer", func() bool {
+		_ = keep.SetDeadline(time.Now().Add(200 * time.Millisecond))
+		_, _ = keep.Write([]byte("k\n"))
+		buf := make([]byte, 64)
+		n, _ := keep.Read(buf)
+		return strings.TrimSpace(string(buf[:n])) == "u:k"
+	})
+	if got := ask("udp", dnsPort, "q"); got != "" {
+		t.Errorf("a second UDP flow was served past the bound of one: %q", got)
+	}
+	keep.Close()
+	eventually(t, "the UDP port does not serve a new flow once the first has ended", func() bool { return ask("udp", dnsPort, "q") == "u:q" })
+}

@@ -27,7 +27,8 @@ func (p *provider) mirrorHostEvents(ctx context.Context, host kubernetes.Interfa
 	factory := informers.NewSharedInformerFactoryWithOptions(host, 0, informers.WithNamespace(p.tr.HostNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.Set{"involvedObject.kind": "Pod", "source": "kubelet"}.String()
-		}))
+		}),
+		informers.WithTransform(slimEvent))
 	_, err := factory.Core().V1().Events().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if ev, ok := obj.(*corev1.Event); ok {
@@ -49,6 +50,35 @@ func (p *provider) mirrorHostEvents(ctx context.Context, host kubernetes.Interfa
 	<-ctx.Done()
 	factory.Shutdown()
 	return nil
+}
+
+// maxEventMessage bounds an event's message as the mirror keeps it: a kubelet's are a line or
+// two, and the namespace's users may write events of any length (core/v1 sets no bound), which
+// every VirtualCluster of the namespace would otherwise hold in the operator's memory.
+const maxEventMessage = 1024
+
+// slimEvent keeps of an event what mirrorHostEvent reads.
+func slimEvent(obj any) (any, error) {
+	ev, ok := obj.(*corev1.Event)
+	if !ok {
+		return obj, nil
+	}
+	msg := ev.Message
+	if len(msg) > maxEventMessage {
+		msg = strings.ToValidUTF8(msg[:maxEventMessage], "")
+	}
+	out := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: ev.Name, Namespace: ev.Namespace, UID: ev.UID,
+			ResourceVersion: ev.ResourceVersion, CreationTimestamp: ev.CreationTimestamp},
+		InvolvedObject: corev1.ObjectReference{Kind: ev.InvolvedObject.Kind, Name: ev.InvolvedObject.Name,
+			UID: ev.InvolvedObject.UID, FieldPath: ev.InvolvedObject.FieldPath},
+		Type: ev.Type, Reason: ev.Reason, Message: msg,
+		LastTimestamp: ev.LastTimestamp, EventTime: ev.EventTime,
+	}
+	if ev.Series != nil {
+		out.Series = &corev1.EventSeries{LastObservedTime: ev.Series.LastObservedTime}
+	}
+	return out, nil
 }
 
 // mirrorHostEvent records one host kubelet event on the tenant pod its host pod runs.

@@ -252,25 +252,39 @@ func Prepare(ctx context.Context, c *clientv3.Client, from, to netip.Prefix) err
 // as they are written, and a restore writes none through the apiserver). Their claims are
 // left, Lost: a tenant granted privileged pods makes them again.
 func DropNodeVolumes(ctx context.Context, c *clientv3.Client) error {
+	return eachStored(ctx, c, persistentVolumesPrefix, "PersistentVolumes", func(key []byte, obj runtime.Object) error {
+		if pv, ok := obj.(*corev1.PersistentVolume); ok && pv.Spec.CSI != nil {
+			return nil
+		}
+		if _, err := c.Delete(ctx, string(key)); err != nil {
+			return fmt.Errorf("deleting %s: %w", key, err)
+		}
+		return nil
+	})
+}
+
+// coreCodec is the kube-apiserver's storage codec (protobuf) for core/v1 objects.
+var coreCodec = func() *protobuf.Serializer {
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
-		return err
+		panic(err)
 	}
-	codec := protobuf.NewSerializer(scheme, scheme)
-	resp, err := c.Get(ctx, persistentVolumesPrefix, clientv3.WithPrefix())
+	return protobuf.NewSerializer(scheme, scheme)
+}()
+
+// eachStored calls f with each object stored under prefix, decoded; what names them in errors.
+func eachStored(ctx context.Context, c *clientv3.Client, prefix, what string, f func(key []byte, obj runtime.Object) error) error {
+	resp, err := c.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		return fmt.Errorf("reading the PersistentVolumes: %w", err)
+		return fmt.Errorf("reading the %s: %w", what, err)
 	}
 	for _, kv := range resp.Kvs {
-		obj, _, err := codec.Decode(kv.Value, nil, nil)
+		obj, _, err := coreCodec.Decode(kv.Value, nil, nil)
 		if err != nil {
 			return fmt.Errorf("decoding %s: %w", kv.Key, err)
 		}
-		if pv, ok := obj.(*corev1.PersistentVolume); ok && pv.Spec.CSI != nil {
-			continue
-		}
-		if _, err := c.Delete(ctx, string(kv.Key)); err != nil {
-			return fmt.Errorf("deleting %s: %w", kv.Key, err)
+		if err := f(kv.Key, obj); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -280,23 +294,10 @@ func DropNodeVolumes(ctx context.Context, c *clientv3.Client) error {
 // external IPs (which a tenant's apiserver refuses: the tenant's kube-proxy would capture them
 // on the host nodes lent to it).
 func MoveServices(ctx context.Context, c *clientv3.Client, from, to netip.Prefix) error {
-	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	codec := protobuf.NewSerializer(scheme, scheme)
-	resp, err := c.Get(ctx, servicesPrefix, clientv3.WithPrefix())
-	if err != nil {
-		return fmt.Errorf("reading the Services: %w", err)
-	}
-	for _, kv := range resp.Kvs {
-		obj, _, err := codec.Decode(kv.Value, nil, nil)
-		if err != nil {
-			return fmt.Errorf("decoding %s: %w", kv.Key, err)
-		}
+	return eachStored(ctx, c, servicesPrefix, "Services", func(key []byte, obj runtime.Object) error {
 		svc, ok := obj.(*corev1.Service)
 		if !ok {
-			return fmt.Errorf("%s holds a %T, not a Service", kv.Key, obj)
+			return fmt.Errorf("%s holds a %T, not a Service", key, obj)
 		}
 		changed := false
 		for i, ip := range svc.Spec.ClusterIPs {
@@ -314,18 +315,18 @@ func MoveServices(ctx context.Context, c *clientv3.Client, from, to netip.Prefix
 			svc.Spec.ExternalIPs, changed = nil, true
 		}
 		if !changed {
-			continue
+			return nil
 		}
 		svc.APIVersion, svc.Kind = "v1", "Service"
 		var buf bytes.Buffer
-		if err := codec.Encode(svc, &buf); err != nil {
-			return fmt.Errorf("encoding %s: %w", kv.Key, err)
+		if err := coreCodec.Encode(svc, &buf); err != nil {
+			return fmt.Errorf("encoding %s: %w", key, err)
 		}
-		if _, err := c.Put(ctx, string(kv.Key), buf.String()); err != nil {
-			return fmt.Errorf("writing %s: %w", kv.Key, err)
+		if _, err := c.Put(ctx, string(key), buf.String()); err != nil {
+			return fmt.Errorf("writing %s: %w", key, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // MoveAddress maps a ClusterIP of the old range to the same offset in the new one. "None"

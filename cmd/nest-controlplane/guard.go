@@ -62,6 +62,12 @@ func (o guardOptions) install(config *apiserver.Config, opts options.CompletedOp
 		Pod: func(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 			return client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		},
+		Claim: func(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error) {
+			return client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+		},
+		Volume: func(ctx context.Context, name string) (*corev1.PersistentVolume, error) {
+			return client.CoreV1().PersistentVolumes().Get(ctx, name, metav1.GetOptions{})
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("--kubenest-node-pod-security: %w", err)

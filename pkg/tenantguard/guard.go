@@ -62,6 +62,10 @@ type Config struct {
 	KubeProxyImage string
 	// Pod reads a pod, for bindings (which carry only its name).
 	Pod func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	// Claim and Volume read a PersistentVolumeClaim and a PersistentVolume, for the volumes a
+	// pod mounts by claim when it is bound to a node (nil: not checked).
+	Claim  func(ctx context.Context, namespace, name string) (*corev1.PersistentVolumeClaim, error)
+	Volume func(ctx context.Context, name string) (*corev1.PersistentVolume, error)
 }
 
 // Guard is the admission handler.
@@ -238,7 +242,10 @@ func (g *Guard) pod(ctx context.Context, a admission.Attributes) error {
 		if err != nil {
 			return apierrors.NewInternalError(fmt.Errorf("%s: reading pod %s/%s to check it before it is bound: %w", Name, a.GetNamespace(), b.Name, err))
 		}
-		return g.check(a, pod, b.Target.Name)
+		if err := g.check(a, pod, b.Target.Name); err != nil {
+			return err
+		}
+		return g.claims(ctx, a, pod, b.Target.Name)
 	case "", "ephemeralcontainers":
 	default:
 		return nil
@@ -254,7 +261,55 @@ func (g *Guard) pod(ctx context.Context, a admission.Attributes) error {
 	if err := apiv1.Convert_core_Pod_To_v1_Pod(in, pod, nil); err != nil {
 		return apierrors.NewInternalError(err)
 	}
-	return g.check(a, pod, in.Spec.NodeName)
+	if err := g.check(a, pod, in.Spec.NodeName); err != nil {
+		return err
+	}
+	if in.Spec.NodeName == "" || a.GetOperation() != admission.Create {
+		return nil
+	}
+	return g.claims(ctx, a, pod, in.Spec.NodeName)
+}
+
+// claims refuses, as pod is bound to node, a claim of it bound to a PersistentVolume of a kind
+// the node itself mounts: the guard refuses those as they are written under baseline, but
+// one may have been written while privileged pods were granted (its claims outlive the grant).
+// A claim not bound yet is left to its binding, which can only pick a volume that exists.
+func (g *Guard) claims(ctx context.Context, a admission.Attributes, pod *corev1.Pod, node string) error {
+	if g.cfg.Claim == nil || g.cfg.Volume == nil {
+		return nil
+	}
+	for i, v := range pod.Spec.Volumes {
+		var claim string
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			claim = v.PersistentVolumeClaim.ClaimName
+		case v.Ephemeral != nil:
+			claim = pod.Name + "-" + v.Name
+		default:
+			continue
+		}
+		pvc, err := g.cfg.Claim(ctx, pod.Namespace, claim)
+		if apierrors.IsNotFound(err) || (err == nil && pvc.Spec.VolumeName == "") {
+			continue
+		}
+		if err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("%s: reading claim %s/%s of pod %s to check its volume: %w", Name, pod.Namespace, claim, pod.Name, err))
+		}
+		pv, err := g.cfg.Volume(ctx, pvc.Spec.VolumeName)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("%s: reading PersistentVolume %s of claim %s/%s: %w", Name, pvc.Spec.VolumeName, pod.Namespace, claim, err))
+		}
+		if pv.Spec.CSI != nil {
+			continue
+		}
+		return apierrors.NewForbidden(a.GetResource().GroupResource(), pod.Name, fmt.Errorf(
+			"%s: spec.volumes[%d]: claim %s is bound to PersistentVolume %s, a %s volume the node itself mounts from its own files, devices, drivers or network identity, which pods of this cluster must not reach on node %s under Pod Security %q (it was made while privileged pods were granted; the platform may grant them again with spec.nodes.podSecurity)",
+			Name, i, claim, pv.Name, setField(pv.Spec.PersistentVolumeSource), node, g.cfg.NodePodSecurity))
+	}
+	return nil
 }
 
 // check evaluates pod, to run on node (empty: not bound yet), against the node pod security

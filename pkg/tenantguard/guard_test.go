@@ -26,6 +26,21 @@ import (
 
 const image = "kubenest.io/kubenest:v1"
 
+// The claims and volumes newGuard's guard reads: "default/host-data" bound to a hostPath
+// volume (made while privileged pods were granted), "default/data" to a CSI one.
+var (
+	claims = map[string]*corev1.PersistentVolumeClaim{
+		"default/host-data": {ObjectMeta: metav1.ObjectMeta{Name: "host-data", Namespace: "default"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "host-root"}},
+		"default/data":      {ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "default"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: "disk-1"}},
+	}
+	volumes = map[string]*corev1.PersistentVolume{
+		"host-root": {ObjectMeta: metav1.ObjectMeta{Name: "host-root"},
+			Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}},
+		"disk-1": {ObjectMeta: metav1.ObjectMeta{Name: "disk-1"},
+			Spec: corev1.PersistentVolumeSpec{PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: "d", VolumeHandle: "h"}}}},
+	}
+)
+
 func newGuard(t *testing.T, level psapi.Level, pods map[string]*corev1.Pod) *tenantguard.Guard {
 	t.Helper()
 	g, err := tenantguard.New(tenantguard.Config{
@@ -37,6 +52,18 @@ func newGuard(t *testing.T, level psapi.Level, pods map[string]*corev1.Pod) *ten
 				return p, nil
 			}
 			return nil, apierrors.NewNotFound(api.Resource("pods"), name)
+		},
+		Claim: func(_ context.Context, ns, name string) (*corev1.PersistentVolumeClaim, error) {
+			if c, ok := claims[ns+"/"+name]; ok {
+				return c, nil
+			}
+			return nil, apierrors.NewNotFound(api.Resource("persistentvolumeclaims"), name)
+		},
+		Volume: func(_ context.Context, name string) (*corev1.PersistentVolume, error) {
+			if v, ok := volumes[name]; ok {
+				return v, nil
+			}
+			return nil, apierrors.NewNotFound(api.Resource("persistentvolumes"), name)
 		},
 	})
 	if err != nil {
@@ -211,6 +238,27 @@ func TestPodsOnNodes(t *testing.T) {
 		relabelled.Labels = map[string]string{"a": "b"}
 		if err := validate(t, g, attrs(internal(t, relabelled), internal(t, bound), "pods", "", "default", "plain", admission.Update)); err != nil {
 			t.Errorf("relabelling a bound pod: %v", err)
+		}
+	})
+	t.Run("a claim bound to a volume of the node's own, made while privileged pods were granted", func(t *testing.T) {
+		claimPod := func(name, claim string) *corev1.Pod {
+			p := plain.DeepCopy()
+			p.Name = name
+			p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+			return p
+		}
+		podsByName := map[string]*corev1.Pod{"default/thief": claimPod("thief", "host-data"), "default/keeper": claimPod("keeper", "data")}
+		g := newGuard(t, psapi.LevelBaseline, podsByName)
+		bind := func(name string) *api.Binding {
+			return &api.Binding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Target: api.ObjectReference{Kind: "Node", Name: "lent-1"}}
+		}
+		wantRefused(t, "binding a pod whose claim is bound to a hostPath volume", validate(t, g, attrs(bind("thief"), nil, "pods", "binding", "default", "thief", admission.Create)),
+			"claim host-data", "PersistentVolume host-root", "hostPath", "node lent-1")
+		named := claimPod("thief", "host-data")
+		named.Spec.NodeName = "lent-1"
+		wantRefused(t, "creating it on the node", validate(t, g, attrs(internal(t, named), nil, "pods", "", "default", "thief", admission.Create)), "hostPath")
+		if err := validate(t, g, attrs(bind("keeper"), nil, "pods", "binding", "default", "keeper", admission.Create)); err != nil {
+			t.Errorf("binding a pod whose claim is bound to a CSI volume: %v", err)
 		}
 	})
 	t.Run("privileged granted", func(t *testing.T) {

@@ -831,6 +831,42 @@ func TestHostileTenant(t *testing.T) {
 		deleteAndCheckGone(t, ctx, widened)
 	})
 
+	t.Run("control planes past the namespace's ResourceQuota, in the namespace it does not count", func(t *testing.T) {
+		// The platform bounds a namespace to 2 pods. Its first tenant's etcd and control plane
+		// take them, in the control-plane namespace; a second tenant's pods there are refused
+		// by the quota's copy, and the VirtualCluster says so.
+		qns := createNamespace(t, ctx, "e2e-hostile-quota")
+		if err := host.Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "team", Namespace: qns},
+			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("2")}}}); err != nil {
+			t.Fatal(err)
+		}
+		first, second := newVC(qns, "first", v1alpha1.ExposureClusterIP), newVC(qns, "second", v1alpha1.ExposureClusterIP)
+		for _, vc := range []*v1alpha1.VirtualCluster{first, second} {
+			vc.Spec.Etcd.Storage = v1alpha1.EtcdStorage{Ephemeral: &v1alpha1.EphemeralStorage{}}
+		}
+		if err := host.Create(ctx, first); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, ctx, first)
+		if err := host.Create(ctx, second); err != nil {
+			t.Fatal(err)
+		}
+		got := waitVC(t, ctx, second, 2*time.Minute, func(v *v1alpha1.VirtualCluster) bool {
+			c := meta.FindStatusCondition(v.Status.Conditions, v1alpha1.ConditionEtcdReady)
+			return c != nil && strings.Contains(c.Message, "used up pods of its ResourceQuota team")
+		})
+		t.Logf("the second tenant waits: %s", meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionEtcdReady).Message)
+		pods := &corev1.PodList{}
+		if err := host.List(ctx, pods, client.InNamespace(naming.ControlPlaneNamespace(qns))); err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) > 2 {
+			t.Errorf("%d pods in the control-plane namespace, past the namespace's quota of 2", len(pods.Items))
+		}
+		deleteAndCheckGone(t, ctx, second)
+		deleteAndCheckGone(t, ctx, first)
+	})
+
 	admin := namespaceEditor(t, ctx, nsA)
 	t.Run("a host user of the tenant's namespace cannot grant itself privileged pods, nor more of the shared nodes", func(t *testing.T) {
 		got := &v1alpha1.VirtualCluster{}

@@ -4,6 +4,7 @@
 package virtualcluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -186,6 +187,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts controller.Options)
 		Watches(&corev1.Pod{}, byVirtualClusterLabel(), builder.WithPredicates(notClusterTreeChurn)).
 		Watches(&v1alpha1.PoolNode{}, r.poolNodeToVirtualClusters(), builder.WithPredicates(notOnlyHeartbeat)).
 		Watches(&v1alpha1.VirtualClusterSnapshot{}, r.snapshotToRestores()).
+		Watches(&corev1.ResourceQuota{}, r.quotaToVirtualClusters()).
 		WithOptions(opts).
 		Named("virtualcluster").
 		Complete(r)
@@ -265,6 +267,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 			conds.Set(v1alpha1.ConditionAPIServerReady, false, reason, problem)
 			return reconcile.Result{RequeueAfter: deletionRetryInterval}, nil
 		}
+		return reconcile.Result{}, err
+	}
+	quotaUsedUp, err := r.controlPlaneQuotas(ctx, vc)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
 	cidr, err := r.serviceCIDR(ctx, vc)
@@ -395,7 +401,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 		}
 	}
 	if !asleep {
-		conds.etcd(etcd, podProblem(etcdPods))
+		conds.etcd(etcd, cmp.Or(podProblem(etcdPods), quotaUsedUp))
 	}
 	cpPods, err := r.componentPods(ctx, vc, naming.ComponentControlPlane)
 	if err != nil {
@@ -462,7 +468,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, vc *v1alpha1.VirtualCl
 			}
 		}
 	}
-	conds.apiServer(deploy, len(readyIPs), probeErr, podProblem(cpPods))
+	conds.apiServer(deploy, len(readyIPs), probeErr, cmp.Or(podProblem(cpPods), quotaUsedUp))
 	if conds.IsTrue(v1alpha1.ConditionAPIServerReady) {
 		r.Starts.Done(client.ObjectKeyFromObject(vc))
 	}

@@ -182,11 +182,7 @@ type IssuerAllowList []IssuerPattern
 // "ClusterIssuer/tenants-ca,Issuer/*".
 func ParseIssuerAllowList(s string) (IssuerAllowList, error) {
 	var out IssuerAllowList
-	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
+	for _, item := range listItems(s) {
 		kind, name, ok := strings.Cut(item, "/")
 		if !ok || kind == "" || name == "" {
 			return nil, fmt.Errorf("issuer %q: want Kind/name (ClusterIssuer/tenants-ca, Issuer/*) or Kind.group/name for an external issuer", item)
@@ -236,11 +232,7 @@ type SANDomains []string
 // "{name}.{namespace}.tenants.example.com,{namespace}.example.com".
 func ParseSANDomains(s string) (SANDomains, error) {
 	var out SANDomains
-	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
+	for _, item := range listItems(s) {
 		sample := strings.NewReplacer("{name}", "n", "{namespace}", "ns").Replace(item)
 		if errs := validation.IsDNS1123Subdomain(sample); len(errs) > 0 || strings.Count(sample, ".") < 1 {
 			return nil, fmt.Errorf("domain %q: want a lowercase DNS domain of two labels or more, {name} and {namespace} allowed in it (tenants.example.com, {name}.{namespace}.tenants.example.com)", item)
@@ -273,4 +265,15 @@ func (d SANDomains) String() string {
 		return "none"
 	}
 	return strings.Join(d, ",")
+}
+
+// listItems are the items of a comma-separated list, trimmed, without empty ones.
+func listItems(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }

@@ -40,3 +40,18 @@ func TestSANDomains(t *testing.T) {
 		}
 	}
 }
+
+func TestParseIssuerAllowList(t *testing.T) {
+	l, err := virtualcluster.ParseIssuerAllowList(" ClusterIssuer/tenants-ca, ,Issuer/*,Vault.example.com/v ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.String(); got != "ClusterIssuer/tenants-ca,Issuer/*,Vault.example.com/v" {
+		t.Errorf("ParseIssuerAllowList = %s", got)
+	}
+	for _, bad := range []string{"tenants-ca", "Certificate/x", "ClusterIssuer/"} {
+		if _, err := virtualcluster.ParseIssuerAllowList(bad); err == nil || !strings.Contains(err.Error(), bad) {
+			t.Errorf("ParseIssuerAllowList(%q): %v, want an error naming it", bad, err)
+		}
+	}
+}

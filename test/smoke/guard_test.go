@@ -84,19 +84,26 @@ func TestTenantGuard(t *testing.T) {
 		refused("a privileged pod with hostPID and the host's / on a lent node", err,
 			"KubeNestTenantGuard", `Pod Security "baseline"`, "privileged", "hostPID", "hostPath", "node lent-1")
 
-		// Unbound, it is admitted; the binding is refused.
+		// Unbound too: a binding commits to the pod as stored when it lands, which a change
+		// racing it could have made privileged after the guard read it.
 		unbound := root.DeepCopy()
 		unbound.Spec.NodeName = ""
-		if _, err := client.CoreV1().Pods("attack").Create(ctx, unbound, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("an unbound pod: %v", err)
+		_, err = client.CoreV1().Pods("attack").Create(ctx, unbound, metav1.CreateOptions{})
+		refused("the privileged pod, unbound", err, "KubeNestTenantGuard", "privileged", "on this cluster's nodes")
+		// A baseline pod, unbound, is admitted and bound; made privileged, it is refused.
+		waiting := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "waiting", Namespace: "attack"},
+			Spec: corev1.PodSpec{SchedulerName: "none", Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		if waiting, err = client.CoreV1().Pods("attack").Create(ctx, waiting, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("a baseline pod, unbound: %v", err)
 		}
-		err = client.CoreV1().Pods("attack").Bind(ctx, &corev1.Binding{
-			ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "attack"}, Target: corev1.ObjectReference{Kind: "Node", Name: "lent-1"}}, metav1.CreateOptions{})
-		refused("binding the privileged pod to a lent node", err, "KubeNestTenantGuard", "privileged")
-		// The older form of the same: POST /api/v1/namespaces/{ns}/bindings.
-		err = client.CoreV1().RESTClient().Post().Namespace("attack").Resource("bindings").Body(&corev1.Binding{
-			ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "attack"}, Target: corev1.ObjectReference{Kind: "Node", Name: "lent-1"}}).Do(ctx).Error()
-		refused("binding the privileged pod through the bindings resource", err, "KubeNestTenantGuard", "privileged")
+		waiting.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: "debug", Image: "busybox", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}}
+		_, err = client.CoreV1().Pods("attack").UpdateEphemeralContainers(ctx, "waiting", waiting, metav1.UpdateOptions{})
+		refused("a privileged ephemeral container in the unbound pod", err, "KubeNestTenantGuard", "privileged")
+		if err := client.CoreV1().Pods("attack").Bind(ctx, &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: "waiting", Namespace: "attack"}, Target: corev1.ObjectReference{Kind: "Node", Name: "lent-1"}}, metav1.CreateOptions{}); err != nil {
+			t.Errorf("binding the baseline pod to a lent node: %v", err)
+		}
 
 		// The host's / through a volume a baseline pod mounts by its claim.
 		for name, src := range map[string]corev1.PersistentVolumeSource{
@@ -161,16 +168,31 @@ func TestTenantGuard(t *testing.T) {
 		err = client.CoreV1().RESTClient().Post().AbsPath("/api/v1/nodes/lent-1/proxy/run/kube-system", pod.Name, "kube-proxy").
 			Param("cmd", "iptables").Do(ctx).Error()
 		refused("the kubelet's run handler through nodes/proxy", err, "KubeNestTenantGuard", `"run" handler`)
-		for user, want := range map[string]bool{"kubernetes-admin": false, controlplane.APIServerKubeletClient: true} {
+		// The apiserver's kubelet client, as a kubelet's x509 authenticator names it, may; the
+		// tenant's admin may not, nor the apiserver's name from a token (an OIDC issuer the
+		// tenant added) or with a group.
+		x509ID := map[string]authorizationv1.ExtraValue{"authentication.kubernetes.io/credential-id": {"X509SHA256=8f1e"}}
+		for _, c := range []struct {
+			what   string
+			user   string
+			groups []string
+			extra  map[string]authorizationv1.ExtraValue
+			want   bool
+		}{
+			{"the tenant's admin", "kubernetes-admin", []string{"system:masters", "system:authenticated"}, x509ID, false},
+			{"the apiserver", controlplane.APIServerKubeletClient, []string{"system:authenticated"}, x509ID, true},
+			{"the apiserver's name from a token", controlplane.APIServerKubeletClient, []string{"system:authenticated"}, nil, false},
+			{"the apiserver's name with a group", controlplane.APIServerKubeletClient, []string{"system:masters", "system:authenticated"}, x509ID, false},
+		} {
 			review, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-				User: user, Groups: []string{"system:masters", "system:authenticated"},
+				User: c.user, Groups: c.groups, Extra: c.extra,
 				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "create", Resource: "nodes", Subresource: "proxy", Name: "lent-1"},
 			}}, metav1.CreateOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if review.Status.Allowed != want {
-				t.Errorf("a kubelet asking whether %s may use its proxy subresource: allowed %v (%s), want %v", user, review.Status.Allowed, review.Status.Reason, want)
+			if review.Status.Allowed != c.want {
+				t.Errorf("a kubelet asking whether %s may use its proxy subresource: allowed %v (%s), want %v", c.what, review.Status.Allowed, review.Status.Reason, c.want)
 			}
 		}
 		// What a kubelet serves besides, to the tenant's own monitoring: still the tenant's.

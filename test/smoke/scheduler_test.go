@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/internal/testtenant"
 	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
 
@@ -23,7 +25,17 @@ import (
 // it may only run on the shared node; an ordinary pod is bound to the shared node when it asks
 // for it, and otherwise to the ordinary (lent) node first.
 func TestSharedNodeFilter(t *testing.T) {
-	_, _, client, ctx := readyTenant(t, "sched", "6b1f7a52-0000-4000-8000-000000000003")
+	// A tenant the platform granted privileged pods on its lent nodes: the guard lets a
+	// host-network pod be, and only the filter keeps it off the shared node.
+	vc := testtenant.VirtualCluster("sched", "6b1f7a52-0000-4000-8000-000000000003")
+	vc.Spec.Nodes.PodSecurity = v1alpha1.NodePodSecurityPrivileged
+	tenant, cfg := testtenant.RunStandalone(t, testtenant.Binaries(t), vc)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	if err := tenant.WaitReady(ctx, cfg); err != nil {
+		t.Fatalf("tenant apiserver not ready: %v", err)
+	}
+	client := kubernetes.NewForConfigOrDie(cfg)
 	// The shared node has the room of all the host's nodes, a lent node that of one.
 	addNode(t, ctx, client, "kubenest-shared", "40", map[string]string{sharednode.LabelVirtualNode: "true"})
 	addNode(t, ctx, client, "lent-1", "4", nil)
@@ -45,15 +57,16 @@ func TestSharedNodeFilter(t *testing.T) {
 		}
 		return p
 	}
-	nfs := func(s *corev1.PodSpec) {
-		s.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "nfs.example", Path: "/export"}}}}
+	// A CSI volume: baseline, which a lent node runs, and not the shared node.
+	csi := func(s *corev1.PodSpec) {
+		s.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "nfs.csi.example.com"}}}}
 	}
 	pod("ordinary", "kubenest-shared", nil)
 	for i := range 3 {
 		pod(fmt.Sprintf("unpinned-%d", i), "", nil)
 	}
-	pod("nfs", "", nfs)
-	pod("nfs-pinned", "kubenest-shared", nfs)
+	pod("csi", "", csi)
+	pod("csi-pinned", "kubenest-shared", csi)
 	pod("host-network-pinned", "kubenest-shared", func(s *corev1.PodSpec) { s.HostNetwork = true })
 
 	boundTo := func(name, node string) {
@@ -74,7 +87,7 @@ func TestSharedNodeFilter(t *testing.T) {
 	for i := range 3 {
 		boundTo(fmt.Sprintf("unpinned-%d", i), "lent-1")
 	}
-	boundTo("nfs", "lent-1")
+	boundTo("csi", "lent-1")
 
 	pendingSaying := func(name string, says ...string) {
 		t.Helper()
@@ -105,7 +118,7 @@ func TestSharedNodeFilter(t *testing.T) {
 			}
 		}
 	}
-	pendingSaying("nfs-pinned", "spec.volumes[0]")
+	pendingSaying("csi-pinned", "spec.volumes[0]")
 	pendingSaying("host-network-pinned", "spec.hostNetwork")
 }
 

@@ -1213,6 +1213,35 @@ func TestHostileTenant(t *testing.T) {
 			t.Errorf("the lendable node past the limit: lent to %+v, phase %s", pn.Spec.Tenant, pn.Status.Phase)
 		}
 
+		// The namespace's editor runs a pod labelled as a tenant's etcd on the lendable node
+		// (a ReplicaSet's, which a drain may evict), to keep it (and, one on each, every node)
+		// from ever being lent: a node that runs a tenant's control plane is not. It is in the
+		// tenant's namespace, not a control-plane one, so it counts for nothing: the node is
+		// drained (its replacement waits, the node cordoned) and lent.
+		forgedLabels := map[string]string{naming.LabelVirtualCluster: attacker.Name, naming.LabelVirtualClusterNamespace: nsA,
+			naming.LabelComponent: naming.ComponentEtcd}
+		forged := &appsv1.ReplicaSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "forged-etcd", Namespace: nsA},
+			Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: forgedLabels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: forgedLabels}, Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{corev1.LabelHostname: lendableNode}, TerminationGracePeriodSeconds: ptr.To[int64](0),
+					Containers: []corev1.Container{{Name: "etcd", Image: BusyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}}}}}},
+		}
+		if err := admin.Create(ctx, forged); err != nil {
+			t.Fatalf("the namespace's editor creating a ReplicaSet: %v", err)
+		}
+		defer func() { _ = host.Delete(context.Background(), forged) }()
+		eventually(t, "the forged etcd pod running on the lendable node", time.Minute, func() error {
+			pods := &corev1.PodList{}
+			if err := host.List(ctx, pods, client.InNamespace(nsA), client.MatchingLabels(forgedLabels)); err != nil {
+				return err
+			}
+			if len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != lendableNode || pods.Items[0].Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("%d pods", len(pods.Items))
+			}
+			return nil
+		})
+
 		listener := startListener(t, ctx, nsA)
 		stopTamper := tamperKubeconfig(t, ctx, attacker, listener)
 		setPromotion(t, ctx, attacker, 1)

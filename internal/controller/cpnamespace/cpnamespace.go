@@ -7,9 +7,11 @@ package cpnamespace
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -17,6 +19,7 @@ import (
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
+	"github.com/kubenest-io/kubenest/pkg/nodepool"
 )
 
 // Ours says whether ns is the control-plane namespace KubeNest made for the tenants of
@@ -80,4 +83,16 @@ func IsControlPlanePod(ctx context.Context, c client.Reader, pod *corev1.Pod) bo
 	vc := &v1alpha1.VirtualCluster{}
 	return c.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[naming.LabelVirtualCluster]}, vc) == nil &&
 		controlplane.Namespace(vc) == pod.Namespace
+}
+
+// ControlPlanePods are the tenants' etcd and control-plane pods that run on a node: bound, not
+// ended, and counted by IsControlPlanePod.
+func ControlPlanePods(ctx context.Context, c client.Reader) ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.MatchingLabelsSelector{Selector: nodepool.ControlPlaneSelector}); err != nil {
+		return nil, fmt.Errorf("listing tenants' control-plane pods: %w", err)
+	}
+	return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool {
+		return p.Spec.NodeName == "" || podutil.IsPodTerminal(&p) || !IsControlPlanePod(ctx, c, &p)
+	}), nil
 }

@@ -296,13 +296,12 @@ func (r *Reconciler) markClean(ctx context.Context, pn *v1alpha1.PoolNode) error
 
 // controlPlaneOn names a tenant etcd or control-plane pod that runs on the node, if any.
 func (r *Reconciler) controlPlaneOn(ctx context.Context, node string) (string, error) {
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.MatchingLabelsSelector{Selector: nodepool.ControlPlaneSelector}); err != nil {
-		return "", fmt.Errorf("listing tenants' control-plane pods: %w", err)
+	pods, err := cpnamespace.ControlPlanePods(ctx, r.Client)
+	if err != nil {
+		return "", err
 	}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == node && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed &&
-			cpnamespace.IsControlPlanePod(ctx, r.Client, &p) {
+	for _, p := range pods {
+		if p.Spec.NodeName == node {
 			return "pod " + p.Namespace + "/" + p.Name, nil
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -181,16 +180,12 @@ func (r *Reconciler) candidates(ctx context.Context, pools []v1alpha1.PoolNode) 
 // controlPlaneNodes are the host nodes that run a tenant's etcd or control-plane pod, with
 // the first such pod found on each, as "pod <namespace>/<name>".
 func (r *Reconciler) controlPlaneNodes(ctx context.Context) (map[string]string, error) {
-	pods := &corev1.PodList{}
-	sel := client.MatchingLabelsSelector{Selector: nodepool.ControlPlaneSelector}
-	if err := r.Client.List(ctx, pods, sel); err != nil {
-		return nil, fmt.Errorf("listing tenants' control-plane pods: %w", err)
+	pods, err := cpnamespace.ControlPlanePods(ctx, r.Client)
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]string{}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == "" || podutil.IsPodTerminal(&p) || !cpnamespace.IsControlPlanePod(ctx, r.Client, &p) {
-			continue
-		}
+	for _, p := range pods {
 		if _, seen := out[p.Spec.NodeName]; !seen {
 			out[p.Spec.NodeName] = fmt.Sprintf("pod %s/%s of a tenant's %s", p.Namespace, p.Name, p.Labels[naming.LabelComponent])
 		}

@@ -112,14 +112,6 @@ func (r *Reconciler) quotaToVirtualClusters() handler.EventHandler {
 			ns == naming.ControlPlaneNamespace(tenants) {
 			ns = tenants
 		}
-		vcs := &v1alpha1.VirtualClusterList{}
-		if err := r.Client.List(ctx, vcs, client.InNamespace(ns)); err != nil {
-			return nil
-		}
-		out := make([]reconcile.Request, 0, len(vcs.Items))
-		for _, vc := range vcs.Items {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&vc)})
-		}
-		return out
+		return r.requestsIn(ctx, ns, func(*v1alpha1.VirtualCluster) bool { return true })
 	})
 }

@@ -125,16 +125,23 @@ func (r *Reconciler) restoreCredentials(ctx context.Context, vc *v1alpha1.Virtua
 // snapshotToRestores maps a snapshot to the tenants of its namespace made from it.
 func (r *Reconciler) snapshotToRestores() handler.EventHandler {
 	return handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
-		vcs := &v1alpha1.VirtualClusterList{}
-		if err := r.Client.List(ctx, vcs, client.InNamespace(obj.GetNamespace())); err != nil {
-			return nil
-		}
-		var out []reconcile.Request
-		for _, vc := range vcs.Items {
-			if vc.Spec.Restore != nil && vc.Spec.Restore.SnapshotName == obj.GetName() {
-				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&vc)})
-			}
-		}
-		return out
+		return r.requestsIn(ctx, obj.GetNamespace(), func(vc *v1alpha1.VirtualCluster) bool {
+			return vc.Spec.Restore != nil && vc.Spec.Restore.SnapshotName == obj.GetName()
+		})
 	})
+}
+
+// requestsIn are the reconcile requests of the VirtualClusters of namespace that keep says to.
+func (r *Reconciler) requestsIn(ctx context.Context, namespace string, keep func(*v1alpha1.VirtualCluster) bool) []reconcile.Request {
+	vcs := &v1alpha1.VirtualClusterList{}
+	if err := r.Client.List(ctx, vcs, client.InNamespace(namespace)); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range vcs.Items {
+		if keep(&vcs.Items[i]) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&vcs.Items[i])})
+		}
+	}
+	return out
 }

@@ -697,6 +697,12 @@ func apiServerFlags(vc *v1alpha1.VirtualCluster, s Settings) Flags {
 			"enable-aggregator-routing": "true",
 			"profiling":                 "false",
 			"watch-cache-sizes":         uncachedResources(),
+			// Upstream 1.36 turns this beta gate on: each apiserver then writes a peer
+			// endpoint lease to etcd every 10 s, each with an etcd lease of its own that
+			// expires (three raft proposals, a third of an idle tenant's writes), for peers to
+			// proxy the requests of a mixed-version roll to one another. That proxy needs
+			// --peer-ca-file, which no tenant apiserver has, so nothing reads the leases.
+			"feature-gates": "UnknownVersionInteroperabilityProxy=false",
 		},
 		Extra: vc.Spec.ControlPlane.APIServer.ExtraArgs,
 	}

@@ -75,6 +75,9 @@ func TestIdleProcessMemory(t *testing.T) {
 		{name: "apiserver --profiling=true", apiserver: map[string]string{"profiling": "true"}},
 		{name: "controller-manager --concurrent-gc-syncs=1 --controllers=*,bootstrapsigner,tokencleaner,-horizontalpodautoscaling,-cronjob,-ttl-after-finished,-resourcequota",
 			kcm: map[string]string{"concurrent-gc-syncs": "1", "controllers": "*,bootstrapsigner,tokencleaner,-horizontalpodautoscaling,-cronjob,-ttl-after-finished,-resourcequota"}},
+		// Upstream's default: a peer endpoint lease written to etcd every 10 s (the operator
+		// turns the gate off; pkg/controlplane apiServerFlags says why).
+		{name: "apiserver peer endpoint leases", apiserver: map[string]string{"feature-gates": "UnknownVersionInteroperabilityProxy=true"}},
 		// Leader election renewed every 10 s instead of 2 s (fewer writes while idle).
 		{name: "leases renewed every 10s", kcm: slowLeases, scheduler: slowLeases},
 	}

@@ -8,19 +8,21 @@
 // minute apart, memory an idle tenant holds for nothing. A lower GOGC for good would save it
 // but makes a busy apiserver collect more often (its LISTs were measurably slower at 25).
 //
-// Run sets GOGC once a second to the value at which, allocating as it did over the last
-// Interval, the process collects about every Interval, bounded by Floor and the process's own
-// GOGC (the ceiling). It follows the highest value the last Window seconds asked for, so it
-// rises within a second or two of the process getting busy and falls only after it has been
-// quiet for the whole window. An idle apiserver runs at GOGC 15-20 and a busy one at its own.
-// What it saves is less than the lower goal suggests, as the heap's partly used spans stay
-// resident: 5-10 MiB per idle tenant (TestIdleProcessMemory, BENCHMARKS.md).
+// A process is quiet when, for Window seconds, what it allocated over the last Quiet would not
+// have reached a collection at its own GOGC (the ceiling). While it is quiet, Run sets GOGC
+// once a second to the value at which, allocating as it did over the last Interval, the
+// process collects about every Interval, bounded by Floor and the ceiling; it follows the
+// highest value the last Window seconds asked for. The process gets its own GOGC back within a
+// second or two of getting busy. Each collection of an idle apiserver marks about 60 MB
+// (40-45 ms of CPU): paced for one every 15 s (and the release's), collecting was a quarter of
+// its CPU; paced for one a minute, an idle tenant used 7 % less CPU and no more memory
+// (BENCHMARKS.md). What the lower goal saves is less than it suggests, as the heap's partly
+// used spans stay resident.
 //
 // While the process stays quiet, Run also returns the heap's free pages to the operating
 // system every Release (debug.FreeOSMemory: a collection, then every free page). Go's own
 // scavenger keeps about a tenth above the heap goal and returns the rest slowly; an idle
-// tenant's components held 6-8 MiB more without it, at no measurable CPU (one collection a
-// minute among the paced ones every 15 s).
+// tenant's components held 6-8 MiB more without it.
 //
 // While the process stays quiet, Run also lets it run on IdleProcs threads (GOMAXPROCS), and
 // gives it back the runtime's own number the second it gets busy. An idle component's work is
@@ -31,6 +33,7 @@
 package idlegc
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"os"
@@ -45,21 +48,25 @@ import (
 )
 
 // Settings are the pacing's bounds. Interval is the aimed time between collections while the
-// process is idle, Floor the lowest GOGC set, Window the seconds of low allocation after which
+// process is quiet, Quiet the time over which its allocation tells whether it is (Interval
+// when zero), Floor the lowest GOGC set, Window the seconds of low allocation after which
 // GOGC falls. Release is how often free memory goes back to the operating system while GOGC
 // is below the process's own (the process has been quiet for a window); 0 never. IdleProcs is
 // the GOMAXPROCS while quiet; 0 leaves GOMAXPROCS alone.
 type Settings struct {
 	Interval  time.Duration
+	Quiet     time.Duration
 	Floor     int
 	Window    int
 	Release   time.Duration
 	IdleProcs int
 }
 
-// Default is what the tenant components run with: a collection every 15 s at most while idle
-// costs the apiserver a few milliseconds of CPU a second (it marks about 60 MB each time).
-var Default = Settings{Interval: 15 * time.Second, Floor: 10, Window: 30, Release: time.Minute, IdleProcs: 1}
+// Default is what the tenant components run with: paced for a collection a minute while
+// quiet, and quiet while a collection at the process's own GOGC would come later than every
+// 15 s. Paced for one every 15 s, an idle tenant used 1.1 millicores more (16.8 against 15.7,
+// the two measured side by side) and no less memory: the minute's release collects too.
+var Default = Settings{Interval: time.Minute, Quiet: 15 * time.Second, Floor: 10, Window: 30, Release: time.Minute, IdleProcs: 1}
 
 // Env, in a process's environment, is a comma-separated list: "off" turns all of this off
 // (GOGC and GOMAXPROCS stay as set), "no-release" paces without returning memory, "no-procs"
@@ -127,7 +134,7 @@ func Run(ctx context.Context, s Settings) {
 	if s.IdleProcs >= runtime.GOMAXPROCS(0) {
 		s.IdleProcs = 0
 	}
-	klog.InfoS("Pacing the garbage collector while idle", "GOGCCeiling", ceiling, "floor", s.Floor, "interval", s.Interval, "window", s.Window, "release", s.Release, "idleProcs", s.IdleProcs)
+	klog.InfoS("Pacing the garbage collector while idle", "GOGCCeiling", ceiling, "floor", s.Floor, "interval", s.Interval, "quiet", cmp.Or(s.Quiet, s.Interval), "window", s.Window, "release", s.Release, "idleProcs", s.IdleProcs)
 	p := newPacer(s, ceiling)
 	fewProcs := false // GOMAXPROCS is IdleProcs
 	defer func() {
@@ -169,27 +176,36 @@ func Run(ctx context.Context, s Settings) {
 }
 
 // pacer turns allocation into GOGC: it holds what was allocated in each of the last Interval
-// seconds and the GOGC each of the last Window seconds wanted; the one in force is the highest.
+// (or Quiet) seconds, the GOGC each of the last Window seconds wanted and whether each was busy.
+// While no second of the window was busy, the GOGC in force is the highest wanted; otherwise
+// the ceiling.
 type pacer struct {
 	s       Settings
 	ceiling int
-	allocs  []uint64 // ring: bytes allocated in each of the last Interval seconds
+	allocs  []uint64 // ring: bytes allocated in each of the last max(Interval, Quiet) seconds
 	wanted  []int    // ring: the GOGC wanted in each of the last Window seconds
+	busy    []bool   // ring: whether each of the last Window seconds was busy
 	pos     int      // seconds seen
 	current int
+	isQuiet bool
 	// released is the second free memory was last returned, -1 if never since the process
 	// was last busy.
 	released int
 }
 
 func newPacer(s Settings, ceiling int) *pacer {
+	if s.Quiet == 0 {
+		s.Quiet = s.Interval
+	}
 	p := &pacer{
 		s: s, ceiling: ceiling, current: ceiling, released: -1,
-		allocs: make([]uint64, max(int(s.Interval/time.Second), 1)),
+		allocs: make([]uint64, max(int(max(s.Interval, s.Quiet)/time.Second), 1)),
 		wanted: make([]int, max(s.Window, 1)),
+		busy:   make([]bool, max(s.Window, 1)),
 	}
 	for i := range p.wanted {
 		p.wanted[i] = ceiling // start as the process was started: quiet only after a window
+		p.busy[i] = true
 	}
 	return p
 }
@@ -198,16 +214,21 @@ func newPacer(s Settings, ceiling int) *pacer {
 // and returns the GOGC in force and whether it changed.
 func (p *pacer) next(allocated, live uint64) (int, bool) {
 	p.allocs[p.pos%len(p.allocs)] = allocated
-	p.wanted[p.pos%len(p.wanted)] = p.want(live)
+	p.wanted[p.pos%len(p.wanted)] = p.want(p.s.Interval, live)
+	p.busy[p.pos%len(p.busy)] = p.want(p.s.Quiet, live) == p.ceiling
 	p.pos++
-	gogc := slices.Max(p.wanted)
+	p.isQuiet = !slices.Contains(p.busy, true)
+	gogc := p.ceiling
+	if p.isQuiet {
+		gogc = slices.Max(p.wanted)
+	}
 	changed := gogc != p.current
 	p.current = gogc
 	return gogc, changed
 }
 
-// quiet says whether the process has allocated little for a window: GOGC is below its own.
-func (p *pacer) quiet() bool { return p.current < p.ceiling }
+// quiet says whether the process has allocated little for a window.
+func (p *pacer) quiet() bool { return p.isQuiet }
 
 // release says whether to return free memory now: the process is quiet (GOGC below its own),
 // and it was not done in the last Release, or not since the process was last busy.
@@ -223,18 +244,18 @@ func (p *pacer) release() bool {
 	return true
 }
 
-// want is the GOGC at which the heap, growing as it did over the last Interval, reaches the
-// next collection after Interval: that growth in percent of the live heap, rounded up to a
-// multiple of 5 (fewer changes), within [Floor, ceiling]. Summed over Interval, one burst (a
-// scrape of the metrics, a LIST) does not count as a busy process; a busy second still
-// raises it at once by what it allocated.
-func (p *pacer) want(live uint64) int {
+// want is the GOGC at which the heap, growing as it did over the last span, reaches the next
+// collection after span: that growth in percent of the live heap, rounded up to a multiple of
+// 5 (fewer changes), within [Floor, ceiling]. Summed over the span, one burst (a scrape of the
+// metrics, a LIST) does not count as a busy process; a busy second still raises it at once
+// by what it allocated.
+func (p *pacer) want(span time.Duration, live uint64) int {
 	if live == 0 {
 		return p.ceiling
 	}
 	var sum uint64
-	for _, a := range p.allocs {
-		sum += a
+	for i := range min(max(int(span/time.Second), 1), len(p.allocs)) {
+		sum += p.allocs[(p.pos-i+len(p.allocs))%len(p.allocs)] // p.pos is this second's
 	}
 	percent := 100 * float64(sum) / float64(live)
 	if percent >= float64(p.ceiling) {

@@ -55,6 +55,29 @@ func TestRunSetsGOGCAndLeavesOffAlone(t *testing.T) {
 	}
 }
 
+// With a Quiet span shorter than Interval, a process is quiet by what it allocated over Quiet
+// and paced for Interval: collections further apart than its own GOGC allows leave it at its
+// own GOGC, but quiet (one thread, memory released).
+func TestPacerQuietSpan(t *testing.T) {
+	p := newPacer(Settings{Interval: 4 * time.Second, Quiet: 2 * time.Second, Floor: 10, Window: 2}, 50)
+	type state struct {
+		gogc  int
+		quiet bool
+	}
+	var got []state
+	for _, a := range []uint64{mb, mb, mb, mb, 10 * mb, 10 * mb, 10 * mb, 10 * mb, 40 * mb, 0, 0} {
+		gogc, _ := p.next(a, 60*mb)
+		got = append(got, state{gogc, p.quiet()})
+	}
+	// 1 MB a second: quiet after the window, paced for 4 s (4 MB, 6.7 %: 10). 10 MB a second:
+	// 20 MB over 2 s (33 %, under 50: still quiet), 40 MB over 4 s (67 %): its own 50. 40 MB at
+	// once: busy until it has left the 2 s span and the 2 s window.
+	want := []state{{50, false}, {10, true}, {10, true}, {10, true}, {25, true}, {40, true}, {50, true}, {50, true}, {50, false}, {50, false}, {50, false}}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
 // Free memory goes back once the process is quiet, then every Release while it stays quiet,
 // and at once again when it has been busy in between.
 func TestPacerReleasesWhileQuiet(t *testing.T) {
@@ -127,6 +150,11 @@ func TestRunLowersGOMAXPROCSWhileQuiet(t *testing.T) {
 }
 
 func TestFromEnv(t *testing.T) {
+	with := func(change func(*Settings)) Settings {
+		s := Default
+		change(&s)
+		return s
+	}
 	for _, tc := range []struct {
 		env  string
 		want Settings
@@ -134,8 +162,8 @@ func TestFromEnv(t *testing.T) {
 	}{
 		{"", Default, true},
 		{"off", Default, false},
-		{"no-release, no-procs", Settings{Interval: Default.Interval, Floor: Default.Floor, Window: Default.Window}, true},
-		{"interval=1m", Settings{Interval: time.Minute, Floor: Default.Floor, Window: Default.Window, Release: Default.Release, IdleProcs: Default.IdleProcs}, true},
+		{"no-release, no-procs", with(func(s *Settings) { s.Release, s.IdleProcs = 0, 0 }), true},
+		{"interval=2m", with(func(s *Settings) { s.Interval = 2 * time.Minute }), true},
 		{"interval=500ms", Default, true}, // under a second: ignored
 		{"interval=soon", Default, true},
 		{"something-else", Default, true},

@@ -51,9 +51,10 @@ func TestIdleProcessMemory(t *testing.T) {
 		{name: "GOGC=50 KUBENEST_SHARED_ETCD=off", env: map[string]string{"GOGC": "50", "KUBENEST_SHARED_ETCD": "off"}},
 		{name: "GOGC=50 KUBENEST_IDLE_GC=no-release", env: map[string]string{"GOGC": "50", "KUBENEST_IDLE_GC": "no-release"}},
 		{name: "GOGC=50 KUBENEST_IDLE_GC=no-procs", env: map[string]string{"GOGC": "50", "KUBENEST_IDLE_GC": "no-procs"}},
-		// A collection every 30 s or 60 s while idle instead of 15 s.
+		// Paced for a collection every 15 s (the default until 2026-11-29) or 30 s while idle
+		// instead of 60 s.
+		{name: "GOGC=50 KUBENEST_IDLE_GC=interval=15s", env: map[string]string{"GOGC": "50", "KUBENEST_IDLE_GC": "interval=15s"}},
 		{name: "GOGC=50 KUBENEST_IDLE_GC=interval=30s", env: map[string]string{"GOGC": "50", "KUBENEST_IDLE_GC": "interval=30s"}},
-		{name: "GOGC=50 KUBENEST_IDLE_GC=interval=60s", env: map[string]string{"GOGC": "50", "KUBENEST_IDLE_GC": "interval=60s"}},
 		// Work queue metrics on (internal/workqueuemetrics turns them off by default): each named
 		// queue's goroutine wakes every 500 ms.
 		{name: "GOGC=50 KUBENEST_WORKQUEUE_METRICS=on", env: map[string]string{"GOGC": "50", "KUBENEST_WORKQUEUE_METRICS": "on"}},

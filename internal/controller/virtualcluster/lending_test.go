@@ -314,13 +314,21 @@ func TestNodeLending(t *testing.T) {
 			t.Fatal(err)
 		}
 		ip := netip.MustParseAddr(dns.Spec.ClusterIP).Next()
-		if err := tenant.CoreV1().Services("kube-system").Delete(ctx, "kube-dns", metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
 		moved := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: "kube-system"},
 			Spec: corev1.ServiceSpec{ClusterIP: ip.String(), Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}}}}
-		if _, err := tenant.CoreV1().Services("kube-system").Create(ctx, moved, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+		// The operator may put its Service back between the deletion and the creation: again.
+		for try := 0; ; try++ {
+			err := tenant.CoreV1().Services("kube-system").Delete(ctx, "kube-dns", metav1.DeleteOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+			_, err = tenant.CoreV1().Services("kube-system").Create(ctx, moved, metav1.CreateOptions{})
+			if err == nil {
+				break
+			}
+			if !apierrors.IsAlreadyExists(err) || try == 10 {
+				t.Fatal(err)
+			}
 		}
 		waitFor(t, ctx, c, vc.Name, func(v *v1alpha1.VirtualCluster) bool {
 			cond := meta.FindStatusCondition(v.Status.Conditions, v1alpha1.ConditionAPIServerReady)

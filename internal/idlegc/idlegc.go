@@ -14,8 +14,8 @@
 // process collects about every Interval, bounded by Floor and the ceiling; it follows the
 // highest value the last Window seconds asked for. The process gets its own GOGC back within a
 // second or two of getting busy. Each collection of an idle apiserver marks about 60 MB
-// (40-45 ms of CPU): paced for one every 15 s (and the release's), collecting was a quarter of
-// its CPU; paced for one a minute, an idle tenant used 7 % less CPU and no more memory
+// (about 43 ms of CPU): paced for one every 15 s, with the release's once a minute, collecting
+// was a quarter of its CPU (0.35 s in two minutes); paced for one a minute, 0.11 s
 // (BENCHMARKS.md). What the lower goal saves is less than it suggests, as the heap's partly
 // used spans stay resident.
 //
@@ -50,8 +50,8 @@ import (
 // Settings are the pacing's bounds. Interval is the aimed time between collections while the
 // process is quiet, Quiet the time over which its allocation tells whether it is (Interval
 // when zero), Floor the lowest GOGC set, Window the seconds of low allocation after which
-// GOGC falls. Release is how often free memory goes back to the operating system while GOGC
-// is below the process's own (the process has been quiet for a window); 0 never. IdleProcs is
+// GOGC falls. Release is how often free memory goes back to the operating system while the
+// process is quiet; 0 never. IdleProcs is
 // the GOMAXPROCS while quiet; 0 leaves GOMAXPROCS alone.
 type Settings struct {
 	Interval  time.Duration
@@ -64,8 +64,8 @@ type Settings struct {
 
 // Default is what the tenant components run with: paced for a collection a minute while
 // quiet, and quiet while a collection at the process's own GOGC would come later than every
-// 15 s. Paced for one every 15 s, an idle tenant used 1.1 millicores more (16.8 against 15.7,
-// the two measured side by side) and no less memory: the minute's release collects too.
+// 15 s. Paced for one every 15 s, an idle apiserver collected four times a minute instead of
+// about one and a half (the minute's release collects too), for no less memory.
 var Default = Settings{Interval: time.Minute, Quiet: 15 * time.Second, Floor: 10, Window: 30, Release: time.Minute, IdleProcs: 1}
 
 // Env, in a process's environment, is a comma-separated list: "off" turns all of this off
@@ -230,8 +230,8 @@ func (p *pacer) next(allocated, live uint64) (int, bool) {
 // quiet says whether the process has allocated little for a window.
 func (p *pacer) quiet() bool { return p.isQuiet }
 
-// release says whether to return free memory now: the process is quiet (GOGC below its own),
-// and it was not done in the last Release, or not since the process was last busy.
+// release says whether to return free memory now: the process is quiet, and it was not done
+// in the last Release, or not since the process was last busy.
 func (p *pacer) release() bool {
 	if !p.quiet() {
 		p.released = -1

@@ -286,8 +286,8 @@ func runServiceMirror(ctx context.Context, c mirrorConfig) error {
 		m.queue.Add(sharedNodeKey)
 	}
 	// Copies whose tenant Service went while nothing watched are found by their annotations.
-	existing, err := host.CoreV1().Services(tr.HostNamespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(HostSelector(tr.VirtualCluster)).String()})
+	copiesOfTenant := metav1.ListOptions{LabelSelector: labels.SelectorFromSet(HostSelector(tr.VirtualCluster)).String()}
+	existing, err := host.CoreV1().Services(tr.HostNamespace).List(ctx, copiesOfTenant)
 	if err != nil {
 		return fmt.Errorf("listing host copies of tenant Services: %w", err)
 	}
@@ -295,8 +295,7 @@ func runServiceMirror(ctx context.Context, c mirrorConfig) error {
 		m.copies.hold(kindService, s.Name, int64(s.Size()))
 		m.queue.Add(cache.ObjectName{Namespace: s.Annotations[AnnotationTenantNamespace], Name: s.Annotations[AnnotationTenantName]})
 	}
-	existingSlices, err := host.DiscoveryV1().EndpointSlices(tr.HostNamespace).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(HostSelector(tr.VirtualCluster)).String()})
+	existingSlices, err := host.DiscoveryV1().EndpointSlices(tr.HostNamespace).List(ctx, copiesOfTenant)
 	if err != nil {
 		return fmt.Errorf("listing host copies of tenant EndpointSlices: %w", err)
 	}

@@ -38,6 +38,7 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/component-helpers/storage/ephemeral"
 	api "k8s.io/kubernetes/pkg/apis/core"
 	apiv1 "k8s.io/kubernetes/pkg/apis/core/v1"
 	"k8s.io/kubernetes/pkg/apis/networking"
@@ -284,7 +285,7 @@ func (g *Guard) claims(ctx context.Context, a admission.Attributes, pod *corev1.
 		case v.PersistentVolumeClaim != nil:
 			claim = v.PersistentVolumeClaim.ClaimName
 		case v.Ephemeral != nil:
-			claim = pod.Name + "-" + v.Name
+			claim = ephemeral.VolumeClaimName(pod, &v)
 		default:
 			continue
 		}

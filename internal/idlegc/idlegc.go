@@ -15,8 +15,8 @@
 // highest value the last Window seconds asked for. The process gets its own GOGC back within a
 // second or two of getting busy. Each collection of an idle apiserver marks about 60 MB
 // (about 43 ms of CPU): paced for one every 15 s, with the release's once a minute, collecting
-// was a quarter of its CPU (0.35 s in two minutes); paced for one a minute, 0.11 s
-// (BENCHMARKS.md). What the lower goal saves is less than it suggests, as the heap's partly
+// was a quarter of its CPU (0.35 s in two minutes); paced for one a minute, 0.11 s; paced for
+// one every two minutes, the release's alone (BENCHMARKS.md). What the lower goal saves is less than it suggests, as the heap's partly
 // used spans stay resident.
 //
 // While the process stays quiet, Run also returns the heap's free pages to the operating
@@ -62,11 +62,14 @@ type Settings struct {
 	IdleProcs int
 }
 
-// Default is what the tenant components run with: paced for a collection a minute while
-// quiet, and quiet while a collection at the process's own GOGC would come later than every
-// 15 s. Paced for one every 15 s, an idle apiserver collected four times a minute instead of
-// about one and a half (the minute's release collects too), for no less memory.
-var Default = Settings{Interval: time.Minute, Quiet: 15 * time.Second, Floor: 10, Window: 30, Release: time.Minute, IdleProcs: 1}
+// Default is what the tenant components run with: quiet while a collection at the process's
+// own GOGC would come later than every 15 s; while quiet, free memory returned once a minute,
+// which collects, and the pacing aimed at one collection every two minutes, so that the
+// minute's release is the only collection while idle. Paced for one every 15 s, an idle
+// apiserver collected four times a minute; for one a minute, about one and a half (the pacing's
+// and the release's, a minute apart but not together); for two minutes, once. The heap is the
+// same at its highest: a minute's allocation over what it holds.
+var Default = Settings{Interval: 2 * time.Minute, Quiet: 15 * time.Second, Floor: 10, Window: 30, Release: time.Minute, IdleProcs: 1}
 
 // Env, in a process's environment, is a comma-separated list: "off" turns all of this off
 // (GOGC and GOMAXPROCS stay as set), "no-release" paces without returning memory, "no-procs"

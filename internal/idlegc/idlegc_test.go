@@ -163,7 +163,7 @@ func TestFromEnv(t *testing.T) {
 		{"", Default, true},
 		{"off", Default, false},
 		{"no-release, no-procs", with(func(s *Settings) { s.Release, s.IdleProcs = 0, 0 }), true},
-		{"interval=2m", with(func(s *Settings) { s.Interval = 2 * time.Minute }), true},
+		{"interval=45s", with(func(s *Settings) { s.Interval = 45 * time.Second }), true},
 		{"interval=500ms", Default, true}, // under a second: ignored
 		{"interval=soon", Default, true},
 		{"something-else", Default, true},

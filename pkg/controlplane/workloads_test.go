@@ -426,7 +426,7 @@ func TestControlPlaneDeploymentExtraArgs(t *testing.T) {
 		want      map[string]string
 	}{
 		// The apiserver keeps its own default gates, not the controllers process's.
-		{"apiserver", map[string]string{"v": "2", "enable-admission-plugins": "NodeRestriction,AlwaysPullImages", "audit-log-maxage": "3", "profiling": "false", "feature-gates": "UnknownVersionInteroperabilityProxy=false"}},
+		{"apiserver", map[string]string{"v": "2", "enable-admission-plugins": "NodeRestriction,AlwaysPullImages", "audit-log-maxage": "3", "profiling": "false", "feature-gates": "DetectCacheInconsistency=false,UnknownVersionInteroperabilityProxy=false"}},
 		// The controller-manager and the scheduler share their process's flags (--v,
 		// --feature-gates), each keeps its own (--profiling).
 		{"controller-manager", map[string]string{"controllers": "*", "v": "4", "profiling": "false", "feature-gates": "SchedulerQueueingHints=false"}},

@@ -55,6 +55,7 @@ func TestIdleProcessMemory(t *testing.T) {
 		// instead of 60 s.
 		{name: "GOGC=50 KUBENEST_IDLE_GC=interval=15s", env: map[string]string{"GOGC": "50", "KUBENEST_IDLE_GC": "interval=15s"}},
 		{name: "GOGC=50 KUBENEST_IDLE_GC=interval=30s", env: map[string]string{"GOGC": "50", "KUBENEST_IDLE_GC": "interval=30s"}},
+		{name: "GOGC=50 KUBENEST_IDLE_GC=interval=60s", env: map[string]string{"GOGC": "50", "KUBENEST_IDLE_GC": "interval=60s"}},
 		// Work queue metrics on (internal/workqueuemetrics turns them off by default): each named
 		// queue's goroutine wakes every 500 ms.
 		{name: "GOGC=50 KUBENEST_WORKQUEUE_METRICS=on", env: map[string]string{"GOGC": "50", "KUBENEST_WORKQUEUE_METRICS": "on"}},
@@ -78,7 +79,10 @@ func TestIdleProcessMemory(t *testing.T) {
 			kcm: map[string]string{"concurrent-gc-syncs": "1", "controllers": "*,bootstrapsigner,tokencleaner,-horizontalpodautoscaling,-cronjob,-ttl-after-finished,-resourcequota"}},
 		// Upstream's default: a peer endpoint lease written to etcd every 10 s (the operator
 		// turns the gate off; pkg/controlplane apiServerFlags says why).
-		{name: "apiserver peer endpoint leases", apiserver: map[string]string{"feature-gates": "UnknownVersionInteroperabilityProxy=true"}},
+		{name: "apiserver peer endpoint leases", apiserver: map[string]string{"feature-gates": "DetectCacheInconsistency=false,UnknownVersionInteroperabilityProxy=true"}},
+		// Upstream's default: every cached resource listed from etcd every 5 to 7.5 minutes
+		// to check its watch cache.
+		{name: "apiserver watch cache consistency checks", apiserver: map[string]string{"feature-gates": "DetectCacheInconsistency=true,UnknownVersionInteroperabilityProxy=false"}},
 		// Leader election renewed every 10 s instead of 2 s (fewer writes while idle).
 		{name: "leases renewed every 10s", kcm: slowLeases, scheduler: slowLeases},
 	}

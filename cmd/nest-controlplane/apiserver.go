@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/flagz"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	"k8s.io/kubernetes/cmd/kube-apiserver/app/options"
+	kubecontrolplane "k8s.io/kubernetes/pkg/controlplane"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	psapi "k8s.io/pod-security-admission/api"
 )
@@ -34,6 +36,7 @@ import (
 func newAPIServerCommand() *cobra.Command {
 	s := options.NewServerRunOptions()
 	guard := guardOptions{nodePodSecurity: string(psapi.LevelBaseline)}
+	endpoints := endpointOptions{interval: kubecontrolplane.DefaultEndpointReconcilerInterval}
 	ctx := genericapiserver.SetupSignalContext()
 	featureGate := s.GenericServerRunOptions.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
 	cmd := &cobra.Command{
@@ -63,7 +66,10 @@ func newAPIServerCommand() *cobra.Command {
 			}
 			featureGate.(featuregate.MutableFeatureGate).AddMetrics()
 			s.GenericServerRunOptions.ComponentGlobalsRegistry.AddMetrics()
-			return runAPIServer(ctx, completed, guard)
+			if endpoints.interval < time.Second {
+				return fmt.Errorf("--kubenest-endpoint-reconcile-interval=%s: must be a second or more", endpoints.interval)
+			}
+			return runAPIServer(ctx, completed, guard, endpoints)
 		},
 		Args: cobra.NoArgs,
 	}
@@ -71,6 +77,7 @@ func newAPIServerCommand() *cobra.Command {
 
 	named := s.Flags()
 	guard.addFlags(named.FlagSet("kubenest"))
+	endpoints.addFlags(named.FlagSet("kubenest"))
 	s.Flagz = flagz.NamedFlagSetsReader{FlagSets: named}
 	verflag.AddFlags(named.FlagSet("global"))
 	globalflag.AddGlobalFlags(named.FlagSet("global"), cmd.Name(), logs.SkipLoggingConfigurationFlags())
@@ -87,8 +94,9 @@ func newAPIServerCommand() *cobra.Command {
 // first asked for (openapi.go), its bootstrap RBAC roles and PriorityClasses are created
 // without upstream's one-second wait (bootstrap.go), its etcd clients share one connection
 // (etcdclients.go), its admission ends with KubeNest's tenant guard (guard.go), it records when people
-// last used it (activity.go), and it renews its identity Lease once a minute.
-func runAPIServer(ctx context.Context, opts options.CompletedOptions, guard guardOptions) error {
+// last used it (activity.go), it renews its identity Lease once a minute, and its entry in
+// the kubernetes Service's endpoints as --kubenest-endpoint-reconcile-interval says.
+func runAPIServer(ctx context.Context, opts options.CompletedOptions, guard guardOptions, endpoints endpointOptions) error {
 	klog.Infof("Version: %+v", utilversion.Get())
 	// Upstream renews the apiserver's identity Lease every 10 s, a write to etcd each time,
 	// although the Lease lasts an hour (IdentityLeaseDurationSeconds) and what reads it (the
@@ -106,6 +114,7 @@ func runAPIServer(ctx context.Context, opts options.CompletedOptions, guard guar
 	if err := guard.install(config, opts); err != nil {
 		return err
 	}
+	endpoints.apply(config)
 	recorder := recordActivity(config)
 	completed, err := config.Complete()
 	if err != nil {
@@ -134,4 +143,26 @@ func runAPIServer(ctx context.Context, opts options.CompletedOptions, guard guar
 		return err
 	}
 	return prepared.Run(ctx)
+}
+
+// endpointOptions say how often the apiserver renews its master lease: the etcd entry, with a
+// time to live, by which the apiservers of a cluster keep their addresses in the kubernetes
+// Service's endpoints and take out those of apiservers gone. Upstream renews every 10 s with a
+// 15 s time to live; each renewal grants a new etcd lease, writes the entry, and the old lease
+// expires: three raft proposals, each about 3.5 ms of an idle etcd's CPU on this project's
+// machine (BENCHMARKS.md). The time to live stays one and a half times the interval.
+type endpointOptions struct {
+	interval time.Duration
+}
+
+func (o *endpointOptions) addFlags(fs *pflag.FlagSet) {
+	fs.DurationVar(&o.interval, "kubenest-endpoint-reconcile-interval", o.interval,
+		"How often this apiserver renews its address in the kubernetes Service's endpoints; an apiserver that stops without removing it (a crash, a lost node) stays there one and a half times as long. "+
+			"Upstream's 10s suits several apiservers. The operator sets 1m for a tenant of one: its apiserver removes its address when it stops, and after a crash restarts in its own pod, at the same address (KubeNest).")
+}
+
+func (o endpointOptions) apply(config *apiserver.Config) {
+	config.KubeAPIs.Extra.EndpointReconcilerConfig.Interval = o.interval
+	config.KubeAPIs.Extra.MasterEndpointReconcileTTL = o.interval * 3 / 2
+	klog.InfoS("Endpoint reconciler", "interval", o.interval, "ttl", o.interval*3/2)
 }

@@ -647,7 +647,7 @@ func etcdServers(vc *v1alpha1.VirtualCluster) string {
 
 // apiServerFlags are the kube-apiserver's flags.
 func apiServerFlags(vc *v1alpha1.VirtualCluster, s Settings) Flags {
-	return Flags{
+	f := Flags{
 		Owned: map[string]string{
 			"advertise-address":                  "$(POD_IP)",
 			"allow-privileged":                   "true",
@@ -710,6 +710,15 @@ func apiServerFlags(vc *v1alpha1.VirtualCluster, s Settings) Flags {
 		},
 		Extra: vc.Spec.ControlPlane.APIServer.ExtraArgs,
 	}
+	// A lone apiserver renews its address in the kubernetes Service's endpoints (its master
+	// lease: three etcd proposals each time) once a minute instead of every 10 s. The time to
+	// live that follows (90 s) only matters for an apiserver that stops without removing its
+	// address while others run: a lone one removes it when it stops, and a crash restarts it
+	// in its own pod, at the same address. Tenants of several keep upstream's 10 s.
+	if ptr.Deref(vc.Spec.ControlPlane.Replicas, 1) == 1 {
+		f.Defaults["kubenest-endpoint-reconcile-interval"] = "1m"
+	}
+	return f
 }
 
 // rarelyListed are resources a tenant's own components list and watch through informers

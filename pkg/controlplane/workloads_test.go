@@ -446,6 +446,33 @@ func TestControlPlaneDeploymentExtraArgs(t *testing.T) {
 	}
 }
 
+// A lone apiserver renews its address in the kubernetes Service's endpoints once a minute;
+// several keep upstream's interval; a tenant's extraArgs decide over either.
+func TestControlPlaneDeploymentEndpointReconcileInterval(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		replicas *int32
+		extra    map[string]string
+		want     string // "" when the flag is not set
+	}{
+		{"replicas unset", nil, nil, "1m"},
+		{"one replica", ptr.To[int32](1), nil, "1m"},
+		{"three replicas", ptr.To[int32](3), nil, ""},
+		{"the tenant's value", ptr.To[int32](1), map[string]string{"kubenest-endpoint-reconcile-interval": "20s"}, "20s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := controlPlaneDeployment(t, func(vc *v1alpha1.VirtualCluster) {
+				vc.Spec.ControlPlane.Replicas = tc.replicas
+				vc.Spec.ControlPlane.APIServer.ExtraArgs = tc.extra
+			})
+			got, set := flagMap(t, componentArgs(t, d.Spec.Template.Spec, "apiserver"))["kubenest-endpoint-reconcile-interval"]
+			if got != tc.want || set != (tc.want != "") {
+				t.Errorf("--kubenest-endpoint-reconcile-interval = %q (set %v), want %q", got, set, tc.want)
+			}
+		})
+	}
+}
+
 // The controller-manager and the scheduler run in one process: a process flag set to two
 // values is refused, naming both fields, and the VirtualCluster is left as it was.
 func TestControlPlaneDeploymentProcessFlagsDiffer(t *testing.T) {

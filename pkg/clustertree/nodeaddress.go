@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -299,14 +300,37 @@ func applyService(ctx context.Context, client kubernetes.Interface, held *iphold
 }
 
 // createService creates want, first releasing its ClusterIP from held (nil: nothing is held).
+// The operator holds every free address of the range again on each pass over the tenant, from
+// its cache (package iphold): a pass between the release and the create takes the address back
+// and the create is refused as already allocated. That is released and tried again at once, a
+// few times, rather than after the work queue's growing back-off.
 func createService(ctx context.Context, client kubernetes.Interface, held *iphold.Range, want *corev1.Service) (*corev1.Service, error) {
-	if ip, err := netip.ParseAddr(want.Spec.ClusterIP); err == nil && held != nil {
+	create := func() (*corev1.Service, error) {
+		return client.CoreV1().Services(want.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: fieldManager})
+	}
+	ip, err := netip.ParseAddr(want.Spec.ClusterIP)
+	if err != nil || held == nil {
+		return create()
+	}
+	for attempt := 1; ; attempt++ {
 		if err := held.Release(ctx, ip); err != nil {
 			return nil, err
 		}
+		created, err := create()
+		if err == nil || attempt == createAttempts || !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "already allocated") {
+			return created, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
 	}
-	return client.CoreV1().Services(want.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: fieldManager})
 }
+
+// createAttempts is how many times createService releases an address and creates the Service
+// that takes it.
+const createAttempts = 4
 
 // deleteService deletes svc and holds its ClusterIP again in held (nil: nothing is held).
 func deleteService(ctx context.Context, client kubernetes.Interface, held *iphold.Range, svc *corev1.Service) error {

@@ -312,6 +312,9 @@ func runServiceMirror(ctx context.Context, c mirrorConfig) error {
 	return nil
 }
 
+// nodeAddressRetry is how soon the shared node's address is kept again after an error.
+const nodeAddressRetry = 3 * time.Second
+
 func (m *serviceMirror) next(ctx context.Context) bool {
 	key, quit := m.queue.Get()
 	if quit {
@@ -319,6 +322,15 @@ func (m *serviceMirror) next(ctx context.Context) bool {
 	}
 	defer m.queue.Done(key)
 	dropped, err := m.sync(ctx, key)
+	if err != nil && key == sharedNodeKey {
+		// The tenant's apiserver reaches its shared node's kubelet API only through the
+		// address's Service: tried again every few seconds, never after the queue's back-off
+		// of up to minutes. One key, so no tenant can make this a flood.
+		m.log.Error(err, "keeping the shared node's address in the host and the tenant", "service", key.String())
+		m.queue.Forget(key)
+		m.queue.AddAfter(key, nodeAddressRetry)
+		return true
+	}
 	if err != nil {
 		m.log.Error(err, "mirroring a tenant Service into the host", "service", key.String())
 		m.queue.AddRateLimited(key)

@@ -16,8 +16,8 @@
 // second or two of getting busy. Each collection of an idle apiserver marks about 60 MB
 // (about 43 ms of CPU): paced for one every 15 s, with the release's once a minute, collecting
 // was a quarter of its CPU (0.35 s in two minutes); paced for one a minute, 0.11 s; paced for
-// one every two minutes, the release's alone (BENCHMARKS.md). What the lower goal saves is less than it suggests, as the heap's partly
-// used spans stay resident.
+// one every two minutes, the release's alone (BENCHMARKS.md). What the lower goal saves is
+// less than it suggests, as the heap's partly used spans stay resident.
 //
 // While the process stays quiet, Run also returns the heap's free pages to the operating
 // system every Release (debug.FreeOSMemory: a collection, then every free page). Go's own

@@ -302,8 +302,8 @@ func applyService(ctx context.Context, client kubernetes.Interface, held *iphold
 // createService creates want, first releasing its ClusterIP from held (nil: nothing is held).
 // The operator holds every free address of the range again on each pass over the tenant, from
 // its cache (package iphold): a pass between the release and the create takes the address back
-// and the create is refused as already allocated. That is released and tried again at once, a
-// few times, rather than after the work queue's growing back-off.
+// and the create is refused as already allocated. It is released and the create tried again
+// within a second, a few times, rather than after the work queue's growing back-off.
 func createService(ctx context.Context, client kubernetes.Interface, held *iphold.Range, want *corev1.Service) (*corev1.Service, error) {
 	create := func() (*corev1.Service, error) {
 		return client.CoreV1().Services(want.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: fieldManager})

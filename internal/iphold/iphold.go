@@ -125,23 +125,24 @@ func (r Range) hold(ctx context.Context, addr netip.Addr) (bool, error) {
 }
 
 // Release gives up the hold on addr, if the range has one, so that a Service can take the
-// address. An IPAddress that is not the range's hold is left alone.
-func (r Range) Release(ctx context.Context, addr netip.Addr) error {
+// address, and says whether there was one. An IPAddress that is not the range's hold is left
+// alone.
+func (r Range) Release(ctx context.Context, addr netip.Addr) (bool, error) {
 	ip, err := r.Client.Get(ctx, addr.String(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading the host's IPAddress %s: %w", addr, err)
+		return false, fmt.Errorf("reading the host's IPAddress %s: %w", addr, err)
 	}
 	if !r.holds(ip) {
-		return nil
+		return false, nil
 	}
 	err = r.Client.Delete(ctx, ip.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &ip.UID}})
 	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		return nil
+		return true, nil
 	}
-	return fmt.Errorf("releasing address %s of Service range %s: %w", addr, r.CIDR, err)
+	return false, fmt.Errorf("releasing address %s of Service range %s: %w", addr, r.CIDR, err)
 }
 
 // Drop removes every hold of the range.

@@ -302,8 +302,9 @@ func applyService(ctx context.Context, client kubernetes.Interface, held *iphold
 // createService creates want, first releasing its ClusterIP from held (nil: nothing is held).
 // The operator holds every free address of the range again on each pass over the tenant, from
 // its cache (package iphold): a pass between the release and the create takes the address back
-// and the create is refused as already allocated. It is released and the create tried again
-// within a second, a few times, rather than after the work queue's growing back-off.
+// and the create is refused as already allocated. Such a hold is released and the create tried
+// again within a second, a few times, rather than after the work queue's growing back-off; an
+// address that no hold of the range has (another Service's) is refused at once, as before.
 func createService(ctx context.Context, client kubernetes.Interface, held *iphold.Range, want *corev1.Service) (*corev1.Service, error) {
 	create := func() (*corev1.Service, error) {
 		return client.CoreV1().Services(want.Namespace).Create(ctx, want, metav1.CreateOptions{FieldManager: fieldManager})
@@ -312,10 +313,10 @@ func createService(ctx context.Context, client kubernetes.Interface, held *iphol
 	if err != nil || held == nil {
 		return create()
 	}
+	if _, err := held.Release(ctx, ip); err != nil {
+		return nil, err
+	}
 	for attempt := 1; ; attempt++ {
-		if err := held.Release(ctx, ip); err != nil {
-			return nil, err
-		}
 		created, err := create()
 		if err == nil || attempt == createAttempts || !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "already allocated") {
 			return created, err
@@ -324,6 +325,13 @@ func createService(ctx context.Context, client kubernetes.Interface, held *iphol
 		case <-ctx.Done():
 			return nil, err
 		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
+		released, relErr := held.Release(ctx, ip)
+		if relErr != nil {
+			return nil, relErr
+		}
+		if !released {
+			return nil, err
 		}
 	}
 }

@@ -73,10 +73,16 @@ func runControllers(args []string) int {
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	cmStarted := make(chan struct{})
 	var (
-		kubeconfig string
-		lease      *cmLease
-		vapStatus  func(context.Context) error
+		kubeconfig  string
+		lease       *cmLease
+		leaseClient kubernetes.Interface
+		vapStatus   func(context.Context) error
 	)
+	host, err := os.Hostname()
+	if err != nil {
+		klog.ErrorS(err, "The host name, which the controller-manager names its lease's holder after")
+		return 1
+	}
 	upstream := controllermanager.NewControllerManagerCommand()
 	run := upstream.RunE
 	upstream.RunE = func(c *cobra.Command, args []string) error {
@@ -86,6 +92,17 @@ func runControllers(args []string) int {
 		}
 		if lease, err = controllerManagerLease(c.Flags()); err != nil {
 			return err
+		}
+		if lease != nil {
+			if leaseClient, err = lease.client(); err != nil {
+				return err
+			}
+			// Not handed back, the controller-manager takes it once it expires.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := lease.releaseEarlierRun(ctx, leaseClient, host); err != nil {
+				klog.ErrorS(err, "The lease of an earlier run of this container")
+			}
 		}
 		kubeconfig = c.Flags().Lookup("kubeconfig").Value.String()
 		close(cmStarted)
@@ -107,6 +124,24 @@ func runControllers(args []string) int {
 		})
 	}
 
+	// releaseLease hands back the lease on a termination signal, when this process's
+	// controller-manager took it (leading.go).
+	releaseLease := func() {
+		select {
+		case <-cmStarted:
+		default:
+			return
+		}
+		if leaseClient == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := lease.release(ctx, leaseClient, host, started); err != nil {
+			klog.ErrorS(err, "Handing back the controller-manager's lease; its successor takes it once it expires")
+		}
+	}
+
 	// end waits for the first component to stop, or for a termination signal, and returns the
 	// process's exit code. A signal is in this channel before any component's handler acts on
 	// it, so a component it stopped is told apart from one that failed.
@@ -115,6 +150,7 @@ func runControllers(args []string) int {
 		select {
 		case sig := <-signals:
 			e = exit{"all (" + sig.String() + ")", 0}
+			releaseLease()
 		case e = <-exits:
 			select {
 			case sig := <-signals:
@@ -140,7 +176,7 @@ func runControllers(args []string) int {
 	idlegc.Start(context.Background())
 	go func() {
 		if lease != nil {
-			if err := lease.waitLeading(context.Background(), started); err != nil {
+			if err := lease.waitLeading(context.Background(), leaseClient, host, started); err != nil {
 				klog.ErrorS(err, "Waiting for the controller-manager's lease")
 				exits <- exit{"kube-scheduler", 1}
 				return

@@ -758,7 +758,7 @@ func nodePodSecurity(vc *v1alpha1.VirtualCluster) string {
 
 // controllerManagerFlags are the kube-controller-manager's flags.
 func controllerManagerFlags(vc *v1alpha1.VirtualCluster) Flags {
-	return Flags{
+	f := Flags{
 		Owned: map[string]string{
 			"authentication-kubeconfig":        pkiPath(KeyControllerManagerKubeconfig),
 			"authorization-kubeconfig":         pkiPath(KeyControllerManagerKubeconfig),
@@ -785,8 +785,9 @@ func controllerManagerFlags(vc *v1alpha1.VirtualCluster) Flags {
 			"cluster-name": vc.Name,
 			"controllers":  "*,bootstrapsigner,tokencleaner",
 			"profiling":    "false",
-			// The lease the whole controllers process runs under (the scheduler too): the
-			// leader renews it every 3 s instead of upstream's 2 s (each renewal is a write to
+			// The lease the whole controllers process runs under (the scheduler too), as a
+			// control plane of several replicas has it: the leader renews it every 3 s
+			// instead of upstream's 2 s (each renewal is a write to
 			// etcd: 20 a minute instead of 30), and it lasts 13 s instead of 15, so that a
 			// replacement still takes over no later than upstream's would after a leader
 			// dies: it sees the last renewal up to one retry late and tries once per retry,
@@ -798,6 +799,22 @@ func controllerManagerFlags(vc *v1alpha1.VirtualCluster) Flags {
 		},
 		Extra: vc.Spec.ControlPlane.ControllerManager.ExtraArgs,
 	}
+	// A lone controllers process has no standby to take over, so how long its lease lasts
+	// only decides how long a successor waits for a holder that stopped without handing the
+	// lease back, and the controllers process hands it back when it stops and, after a crash,
+	// when it starts again (nest-controlplane, leading.go). It renews every 8 s (7.5 writes
+	// a minute instead of 20), gives up after 20 s without renewing (an apiserver restart in
+	// its pod is outlived) and lasts 30 s. A woken tenant's controllers and a crashed
+	// container's next run take the lease at once; a rolled control plane's new controllers
+	// take the lease handed back at their next try, 8 to 17.6 s apart with client-go's jitter
+	// (upstream's new controller-manager waits out the old one's 15 s lease, plus a try 2 to
+	// 4.4 s apart).
+	if ptr.Deref(vc.Spec.ControlPlane.Replicas, 1) == 1 {
+		f.Defaults["leader-elect-lease-duration"] = "30s"
+		f.Defaults["leader-elect-renew-deadline"] = "20s"
+		f.Defaults["leader-elect-retry-period"] = "8s"
+	}
+	return f
 }
 
 // schedulerFlags are the kube-scheduler's flags. It takes no lease of its own: the

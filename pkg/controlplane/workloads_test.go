@@ -473,6 +473,36 @@ func TestControlPlaneDeploymentEndpointReconcileInterval(t *testing.T) {
 	}
 }
 
+// A lone controllers process renews its lease every 8 s; a control plane of several
+// replicas keeps the 3 s that lets a standby take over as soon as upstream's would.
+func TestControlPlaneDeploymentControllersLease(t *testing.T) {
+	lone := [3]string{"30s", "20s", "8s"}
+	for _, tc := range []struct {
+		name     string
+		replicas *int32
+		extra    map[string]string
+		want     [3]string // lease duration, renew deadline, retry period
+	}{
+		{"replicas unset", nil, nil, lone},
+		{"one replica", ptr.To[int32](1), nil, lone},
+		{"three replicas", ptr.To[int32](3), nil, [3]string{"13s", "10s", "3s"}},
+		{"the tenant's values", ptr.To[int32](1), map[string]string{"leader-elect-retry-period": "2s", "leader-elect-renew-deadline": "10s", "leader-elect-lease-duration": "15s"}, [3]string{"15s", "10s", "2s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := controlPlaneDeployment(t, func(vc *v1alpha1.VirtualCluster) {
+				vc.Spec.ControlPlane.Replicas = tc.replicas
+				vc.Spec.ControlPlane.ControllerManager.ExtraArgs = tc.extra
+			})
+			args := flagMap(t, componentArgs(t, d.Spec.Template.Spec, "controller-manager"))
+			for i, flag := range []string{"leader-elect-lease-duration", "leader-elect-renew-deadline", "leader-elect-retry-period"} {
+				if got := args[flag]; got != tc.want[i] {
+					t.Errorf("--%s = %q, want %q", flag, got, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
 // The controller-manager and the scheduler run in one process: a process flag set to two
 // values is refused, naming both fields, and the VirtualCluster is left as it was.
 func TestControlPlaneDeploymentProcessFlagsDiffer(t *testing.T) {

@@ -106,13 +106,36 @@ func TestSleepWake(t *testing.T) {
 		setAsleep(t, ctx, vc, false)
 		waitReady(t, ctx, vc)
 		t.Logf("Ready %s after spec.sleep.asleep was unset", time.Since(start).Round(100*time.Millisecond))
+		// The controllers that stopped with the sleep handed their lease back: the woken
+		// ones lead at once, not after the lease's 30 s.
+		ready := time.Now()
+		var holder string
+		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+			lease, err := tenant.CoordinationV1().Leases("kube-system").Get(ctx, "kube-controller-manager", metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			holder = ptr.Deref(lease.Spec.HolderIdentity, "")
+			pods := &corev1.PodList{}
+			if err := host.List(ctx, pods, client.InNamespace(cpNS), client.MatchingLabels{naming.LabelComponent: naming.ComponentControlPlane}); err != nil {
+				return false, err
+			}
+			return slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool {
+				return p.DeletionTimestamp == nil && strings.HasPrefix(holder, p.Name+"_")
+			}), nil
+		})
+		if err != nil {
+			t.Errorf("20 s after the woken tenant was Ready its controllers do not lead (lease holder %q): %v", holder, err)
+		} else {
+			t.Logf("the woken controllers lead %s after Ready", time.Since(ready).Round(100*time.Millisecond))
+		}
 		// A plain kubectl call through the kubeconfig downloaded before the tenant slept.
 		if out := kubectl(t, "--kubeconfig", kubeconfig, "get", "configmap", "keep", "-o", "jsonpath={.data.answer}"); out != "42" {
 			t.Errorf("ConfigMap keep after waking: answer %q, want 42", out)
 		}
 		// Awake, each tenant pod runs again in a host pod of its own: the tenant sees its IP.
 		var after []corev1.Pod
-		err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 			after = waitTenantPodsRunning(t, ctx, tenant, 2)
 			bareNow, err := tenant.CoreV1().Pods("default").Get(ctx, "bare", metav1.GetOptions{})
 			if err != nil {

@@ -37,6 +37,7 @@ func newAPIServerCommand() *cobra.Command {
 	s := options.NewServerRunOptions()
 	guard := guardOptions{nodePodSecurity: string(psapi.LevelBaseline)}
 	endpoints := endpointOptions{interval: kubecontrolplane.DefaultEndpointReconcilerInterval}
+	handBack := handBackOptions{wait: 2 * time.Second}
 	ctx := genericapiserver.SetupSignalContext()
 	featureGate := s.GenericServerRunOptions.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
 	cmd := &cobra.Command{
@@ -69,7 +70,10 @@ func newAPIServerCommand() *cobra.Command {
 			if endpoints.interval < time.Second {
 				return fmt.Errorf("--kubenest-endpoint-reconcile-interval=%s: must be a second or more", endpoints.interval)
 			}
-			return runAPIServer(ctx, completed, guard, endpoints)
+			if err := handBack.validate(); err != nil {
+				return err
+			}
+			return runAPIServer(ctx, completed, guard, endpoints, handBack)
 		},
 		Args: cobra.NoArgs,
 	}
@@ -78,6 +82,7 @@ func newAPIServerCommand() *cobra.Command {
 	named := s.Flags()
 	guard.addFlags(named.FlagSet("kubenest"))
 	endpoints.addFlags(named.FlagSet("kubenest"))
+	handBack.addFlags(named.FlagSet("kubenest"))
 	s.Flagz = flagz.NamedFlagSetsReader{FlagSets: named}
 	verflag.AddFlags(named.FlagSet("global"))
 	globalflag.AddGlobalFlags(named.FlagSet("global"), cmd.Name(), logs.SkipLoggingConfigurationFlags())
@@ -94,9 +99,10 @@ func newAPIServerCommand() *cobra.Command {
 // first asked for (openapi.go), its bootstrap RBAC roles and PriorityClasses are created
 // without upstream's one-second wait (bootstrap.go), its etcd clients share one connection
 // (etcdclients.go), its admission ends with KubeNest's tenant guard (guard.go), it records when people
-// last used it (activity.go), it renews its identity Lease once a minute, and its entry in
-// the kubernetes Service's endpoints as --kubenest-endpoint-reconcile-interval says.
-func runAPIServer(ctx context.Context, opts options.CompletedOptions, guard guardOptions, endpoints endpointOptions) error {
+// last used it (activity.go), it renews its identity Lease once a minute, its entry in
+// the kubernetes Service's endpoints as --kubenest-endpoint-reconcile-interval says, and
+// when it stops it serves until its pod's controllers handed back their lease (leading.go).
+func runAPIServer(ctx context.Context, opts options.CompletedOptions, guard guardOptions, endpoints endpointOptions, handBack handBackOptions) error {
 	klog.Infof("Version: %+v", utilversion.Get())
 	// Upstream renews the apiserver's identity Lease every 10 s, a write to etcd each time,
 	// although the Lease lasts an hour (IdentityLeaseDurationSeconds) and what reads it (the
@@ -138,6 +144,9 @@ func runAPIServer(ctx context.Context, opts options.CompletedOptions, guard guar
 	installLazyOpenAPIV3(kube, generic.OpenAPIV3Config)
 	addBootstrapHooks(server.GenericAPIServer) // the outermost server runs the hooks of the chain, copied when it was built
 	addActivityHook(server.GenericAPIServer, recorder)
+	if err := handBack.addHook(server.GenericAPIServer); err != nil {
+		return err
+	}
 	prepared, err := server.PrepareRun()
 	if err != nil {
 		return err

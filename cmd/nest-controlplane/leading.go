@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -143,6 +145,80 @@ func (l *cmLease) handBack(ctx context.Context, client kubernetes.Interface, hel
 		}
 		if !apierrors.IsConflict(err) || attempt > 0 {
 			return fmt.Errorf("handing back the lease %s/%s: %w", l.namespace, l.name, err)
+		}
+	}
+}
+
+// handBackOptions make the apiserver, when it stops, serve until the controllers of its pod
+// handed back their lease. The kubelet stops a pod's containers together, and the
+// controllers reach their apiserver in the pod: upstream's apiserver stops taking requests
+// once its pre-shutdown hooks are done, a few milliseconds after the signal, and on a busy
+// host the controllers' hand-back came later (TestSleepWake, 2026-11-29): their successor
+// then waited out the lease.
+type handBackOptions struct {
+	lease string // namespace/name; empty: no wait
+	wait  time.Duration
+}
+
+func (o *handBackOptions) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.lease, "kubenest-controllers-lease", o.lease,
+		"The lease (namespace/name) of the controllers that run in this apiserver's pod (a pod's containers share its host name, which names the holder). When the apiserver stops, it keeps serving until they handed it back, or --kubenest-controllers-lease-wait passed. Empty: no wait. The operator sets kube-system/kube-controller-manager (KubeNest).")
+	fs.DurationVar(&o.wait, "kubenest-controllers-lease-wait", o.wait,
+		"How long a stopping apiserver waits at most for its pod's controllers to hand back --kubenest-controllers-lease (KubeNest).")
+}
+
+func (o handBackOptions) validate() error {
+	if o.lease == "" {
+		return nil
+	}
+	if ns, name, ok := strings.Cut(o.lease, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return fmt.Errorf("--kubenest-controllers-lease=%q: want namespace/name", o.lease)
+	}
+	if o.wait <= 0 {
+		return fmt.Errorf("--kubenest-controllers-lease-wait=%s: must be positive", o.wait)
+	}
+	return nil
+}
+
+// addHook adds the wait to s's pre-shutdown hooks: the apiserver takes requests until they
+// are done.
+func (o handBackOptions) addHook(s *genericapiserver.GenericAPIServer) error {
+	if o.lease == "" {
+		return nil
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return err
+	}
+	ns, name, _ := strings.Cut(o.lease, "/")
+	return s.AddPreShutdownHook("kubenest/controllers-lease", func() error {
+		client, err := kubernetes.NewForConfig(s.LoopbackClientConfig)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), o.wait)
+		defer cancel()
+		(&cmLease{namespace: ns, name: name}).waitHandedBack(ctx, client, host)
+		return nil
+	})
+}
+
+// waitHandedBack returns once no holder of this host name holds the lease, or ctx ends.
+func (l *cmLease) waitHandedBack(ctx context.Context, client kubernetes.Interface, host string) {
+	start := time.Now()
+	for {
+		lease, err := client.CoordinationV1().Leases(l.namespace).Get(ctx, l.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && !heldByHost(lease, host) {
+			if time.Since(start) > 100*time.Millisecond {
+				klog.InfoS("The controllers of this pod handed back their lease", "lease", l.namespace+"/"+l.name, "waited", time.Since(start).Round(time.Millisecond))
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			klog.InfoS("Stopping although the controllers of this pod still hold their lease; their successor takes it once it expires", "lease", l.namespace+"/"+l.name, "waited", time.Since(start).Round(time.Millisecond))
+			return
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,5 +130,54 @@ func TestLeaseHandedBackAfterAConflict(t *testing.T) {
 	}
 	if err := testLease.release(ctx, fake.NewClientset(), "pod-a", time.Now()); err != nil {
 		t.Errorf("no lease: %v", err)
+	}
+}
+
+// A stopping apiserver waits while its pod's controllers hold the lease, and no longer once
+// they handed it back; a lease of another pod's controllers, or none, is no reason to wait.
+func TestWaitHandedBack(t *testing.T) {
+	wait := func(client kubernetes.Interface, d time.Duration) time.Duration {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		start := time.Now()
+		testLease.waitHandedBack(ctx, client, "pod-a")
+		return time.Since(start)
+	}
+	if took := wait(fake.NewClientset(heldLease("pod-b_run1", time.Now())), time.Second); took > 200*time.Millisecond {
+		t.Errorf("another pod's lease: waited %s", took)
+	}
+	if took := wait(fake.NewClientset(), time.Second); took > 200*time.Millisecond {
+		t.Errorf("no lease: waited %s", took)
+	}
+	held := fake.NewClientset(heldLease("pod-a_run1", time.Now()))
+	if took := wait(held, 300*time.Millisecond); took < 300*time.Millisecond {
+		t.Errorf("its pod's controllers hold the lease: returned after %s, want the whole wait", took)
+	}
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		if err := testLease.release(context.Background(), held, "pod-a", time.Now().Add(-time.Hour)); err != nil {
+			t.Error(err)
+		}
+	}()
+	if took := wait(held, 5*time.Second); took < 200*time.Millisecond || took > 2*time.Second {
+		t.Errorf("handed back after 200 ms: waited %s", took)
+	}
+}
+
+func TestHandBackOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		o       handBackOptions
+		wantErr string
+	}{
+		{handBackOptions{}, ""},
+		{handBackOptions{lease: "kube-system/kube-controller-manager", wait: time.Second}, ""},
+		{handBackOptions{lease: "kube-controller-manager", wait: time.Second}, "--kubenest-controllers-lease"},
+		{handBackOptions{lease: "a/b/c", wait: time.Second}, "--kubenest-controllers-lease"},
+		{handBackOptions{lease: "kube-system/kcm", wait: 0}, "--kubenest-controllers-lease-wait"},
+	} {
+		err := tc.o.validate()
+		if (err == nil) != (tc.wantErr == "") || err != nil && !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%+v: error %v, want one naming %q", tc.o, err, tc.wantErr)
+		}
 	}
 }

@@ -683,7 +683,10 @@ func apiServerFlags(vc *v1alpha1.VirtualCluster, s Settings) Flags {
 			"kubenest-kube-proxy-image":  s.Image,
 		},
 		Defaults: map[string]string{
-			"enable-admission-plugins": "NodeRestriction",
+			// Stopping with its pod, the apiserver serves until the pod's controllers handed
+			// back their lease (nest-controlplane, leading.go).
+			"kubenest-controllers-lease": controllersLease(vc),
+			"enable-admission-plugins":   "NodeRestriction",
 			// The issuer's OIDC discovery document points at its keys by the issuer's own
 			// name, which every tenant pod resolves and the serving certificate holds;
 			// upstream's default, the advertised address, is the pod's IP, which it does not.
@@ -815,6 +818,20 @@ func controllerManagerFlags(vc *v1alpha1.VirtualCluster) Flags {
 		f.Defaults["leader-elect-retry-period"] = "8s"
 	}
 	return f
+}
+
+// controllersLease is the lease the controllers process runs under, namespace/name, as the
+// controller-manager's flags name it.
+func controllersLease(vc *v1alpha1.VirtualCluster) string {
+	extra := vc.Spec.ControlPlane.ControllerManager.ExtraArgs
+	ns, name := extra["leader-elect-resource-namespace"], extra["leader-elect-resource-name"]
+	if ns == "" {
+		ns = "kube-system"
+	}
+	if name == "" {
+		name = "kube-controller-manager"
+	}
+	return ns + "/" + name
 }
 
 // schedulerFlags are the kube-scheduler's flags. It takes no lease of its own: the

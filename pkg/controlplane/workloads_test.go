@@ -355,6 +355,8 @@ func TestControlPlaneDeploymentContainers(t *testing.T) {
 				"tls-cert-file":            controlplane.PKIDir + "/apiserver.crt",
 				"enable-admission-plugins": "NodeRestriction",
 				"advertise-address":        "$(POD_IP)",
+				// It serves until the controllers of its pod handed back their lease.
+				"kubenest-controllers-lease": "kube-system/kube-controller-manager",
 			},
 		},
 		{

@@ -99,8 +99,9 @@ func runControllers(args []string) int {
 			}
 			// Not handed back, the controller-manager takes it once it expires.
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := lease.releaseEarlierRun(ctx, leaseClient, host); err != nil {
+			err := lease.releaseEarlierRun(ctx, leaseClient, host)
+			cancel()
+			if err != nil {
 				klog.ErrorS(err, "The lease of an earlier run of this container")
 			}
 		}

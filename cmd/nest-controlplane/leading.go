@@ -11,10 +11,12 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
@@ -122,31 +124,33 @@ func (l *cmLease) release(ctx context.Context, client kubernetes.Interface, host
 // once more after a conflicting update (the controller-manager renewing it meanwhile).
 func (l *cmLease) handBack(ctx context.Context, client kubernetes.Interface, held func(*coordinationv1.Lease) bool, holder string) error {
 	leases := client.CoordinationV1().Leases(l.namespace)
-	for attempt := 0; ; attempt++ {
+	var was string
+	err := retry.RetryOnConflict(wait.Backoff{Steps: 2}, func() error {
 		lease, err := leases.Get(ctx, l.name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("reading the lease %s/%s: %w", l.namespace, l.name, err)
+			return err
 		}
 		if !held(lease) {
 			return nil
 		}
-		was := *lease.Spec.HolderIdentity
+		was = *lease.Spec.HolderIdentity
 		now := metav1.NowMicro()
 		lease.Spec.HolderIdentity = ptr.To("")
 		lease.Spec.LeaseDurationSeconds = ptr.To[int32](1)
 		lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
 		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
-		if err == nil {
-			klog.InfoS("Handed back the controller-manager's lease", "lease", l.namespace+"/"+l.name, "holder", was, "heldBy", holder)
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt > 0 {
-			return fmt.Errorf("handing back the lease %s/%s: %w", l.namespace, l.name, err)
-		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("handing back the lease %s/%s: %w", l.namespace, l.name, err)
 	}
+	if was != "" {
+		klog.InfoS("Handed back the controller-manager's lease", "lease", l.namespace+"/"+l.name, "holder", was, "heldBy", holder)
+	}
+	return nil
 }
 
 // handBackOptions make the apiserver, when it stops, serve until the controllers of its pod
@@ -206,19 +210,15 @@ func (o handBackOptions) addHook(s *genericapiserver.GenericAPIServer) error {
 // waitHandedBack returns once no holder of this host name holds the lease, or ctx ends.
 func (l *cmLease) waitHandedBack(ctx context.Context, client kubernetes.Interface, host string) {
 	start := time.Now()
-	for {
+	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		lease, err := client.CoordinationV1().Leases(l.namespace).Get(ctx, l.name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || err == nil && !heldByHost(lease, host) {
-			if time.Since(start) > 100*time.Millisecond {
-				klog.InfoS("The controllers of this pod handed back their lease", "lease", l.namespace+"/"+l.name, "waited", time.Since(start).Round(time.Millisecond))
-			}
-			return
-		}
-		select {
-		case <-ctx.Done():
-			klog.InfoS("Stopping although the controllers of this pod still hold their lease; their successor takes it once it expires", "lease", l.namespace+"/"+l.name, "waited", time.Since(start).Round(time.Millisecond))
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
+		return apierrors.IsNotFound(err) || err == nil && !heldByHost(lease, host), nil
+	})
+	waited := time.Since(start).Round(time.Millisecond)
+	switch {
+	case err != nil:
+		klog.InfoS("Stopping although the controllers of this pod still hold their lease; their successor takes it once it expires", "lease", l.namespace+"/"+l.name, "waited", waited)
+	case waited > 100*time.Millisecond:
+		klog.InfoS("The controllers of this pod handed back their lease", "lease", l.namespace+"/"+l.name, "waited", waited)
 	}
 }

@@ -718,7 +718,7 @@ func apiServerFlags(vc *v1alpha1.VirtualCluster, s Settings) Flags {
 	// live that follows (90 s) only matters for an apiserver that stops without removing its
 	// address while others run: a lone one removes it when it stops, and a crash restarts it
 	// in its own pod, at the same address. Tenants of several keep upstream's 10 s.
-	if ptr.Deref(vc.Spec.ControlPlane.Replicas, 1) == 1 {
+	if loneControlPlane(vc) {
 		f.Defaults["kubenest-endpoint-reconcile-interval"] = "1m"
 	}
 	return f
@@ -812,12 +812,19 @@ func controllerManagerFlags(vc *v1alpha1.VirtualCluster) Flags {
 	// take the lease handed back at their next try, 8 to 17.6 s apart with client-go's jitter
 	// (upstream's new controller-manager waits out the old one's 15 s lease, plus a try 2 to
 	// 4.4 s apart).
-	if ptr.Deref(vc.Spec.ControlPlane.Replicas, 1) == 1 {
+	if loneControlPlane(vc) {
 		f.Defaults["leader-elect-lease-duration"] = "30s"
 		f.Defaults["leader-elect-renew-deadline"] = "20s"
 		f.Defaults["leader-elect-retry-period"] = "8s"
 	}
 	return f
+}
+
+// loneControlPlane says whether the tenant runs one control-plane pod, with no standby
+// apiserver or controllers: the master lease and the controllers' lease are then renewed less
+// often.
+func loneControlPlane(vc *v1alpha1.VirtualCluster) bool {
+	return ptr.Deref(vc.Spec.ControlPlane.Replicas, 1) == 1
 }
 
 // controllersLease is the lease the controllers process runs under, namespace/name, as the

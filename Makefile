@@ -236,7 +236,7 @@ e2e: previous-release $(HELM) ## End-to-end tests against the local cluster ('ma
 # The previous release, which TestOperatorUpgrade upgrades from: the last commit that landed
 # before this one's work began. Its tree is exported (git archive) into _output/previous and its
 # KubeNest and tenant DNS images built there and loaded into the local cluster under their own tags.
-PREVIOUS_RELEASE := 75d09604d573e89b6aafe0d69ecd7d5b14246829
+PREVIOUS_RELEASE := b1a9dc6decdb2cc3a72cfee098aa41e102912b29
 PREVIOUS_DIR := _output/previous
 PREVIOUS_VERSION := release-$(shell echo $(PREVIOUS_RELEASE) | cut -c1-12)
 

@@ -296,6 +296,8 @@ CONFORMANCE_FLAKE_ATTEMPTS ?= 1
 CONFORMANCE_LENT_NODES ?= 1
 # false: a tenant of lent nodes only (the host needs as many free lendable nodes: make up NODES=3 LENDABLE='kn-worker-2 kn-worker-3').
 CONFORMANCE_SHARED_NODE ?= true
+# The tenant's spec.nodes.sharedPlacement (Overflow or OptIn); empty: OptIn with lent nodes, Overflow without.
+CONFORMANCE_SHARED_PLACEMENT ?=
 CONFORMANCE_RUN = go run ./test/conformance --kubeconfig _output/host.kubeconfig --out _output/conformance
 
 .PHONY: conformance
@@ -304,7 +306,7 @@ conformance: conformance-bin conformance-images $(KUBE_BIN)/kubectl ## Kubernete
 	$(CONFORMANCE_RUN) --e2e-test $(CONFORMANCE_BIN)/e2e.test --ginkgo $(CONFORMANCE_BIN)/ginkgo \
 		--kubectl $(KUBE_BIN)/kubectl --focus '$(CONFORMANCE_FOCUS)' --skip '$(CONFORMANCE_SKIP)' \
 		--procs $(CONFORMANCE_PROCS) --serial=$(CONFORMANCE_SERIAL) --keep=$(CONFORMANCE_KEEP) \
-		--lent-nodes $(CONFORMANCE_LENT_NODES) --shared-node=$(CONFORMANCE_SHARED_NODE) --flake-attempts $(CONFORMANCE_FLAKE_ATTEMPTS)
+		--lent-nodes $(CONFORMANCE_LENT_NODES) --shared-node=$(CONFORMANCE_SHARED_NODE) --shared-placement '$(CONFORMANCE_SHARED_PLACEMENT)' --flake-attempts $(CONFORMANCE_FLAKE_ATTEMPTS)
 
 .PHONY: conformance-clean
 conformance-clean: ## Delete the tenant a CONFORMANCE_KEEP=true run left and return its lent node.

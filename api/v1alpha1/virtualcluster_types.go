@@ -301,6 +301,18 @@ type NodesSpec struct {
 	// +optional
 	Shared bool `json:"shared,omitempty"`
 
+	// sharedPlacement says which of the tenant's pods its scheduler may put on the shared node.
+	// Overflow (the default): every pod the shared node runs, after the tenant's lent nodes (a
+	// lent node scores first; the shared node takes what they do not). OptIn: only the pods that
+	// tolerate the shared node's taint, kubenest.io/shared-node:NoSchedule, which the node then
+	// carries; the others stay on the tenant's lent nodes, as on a cluster whose special nodes
+	// are tainted. For a tenant that keeps its workloads on its own nodes and sends to the host's
+	// shared capacity only what asks for it, and for tools that pick any untainted node for a
+	// pod the shared node never runs (Kubernetes' conformance suite does: CONFORMANCE.md). A
+	// tenant whose only node is the shared node runs, with OptIn, only the pods that tolerate it.
+	// +optional
+	SharedPlacement SharedPlacement `json:"sharedPlacement,omitempty"`
+
 	// podSecurity is the Pod Security level every pod of the tenant must meet to be bound to a
 	// node, enforced by the tenant's own apiserver whatever the tenant's namespaces say.
 	// Baseline (the default) allows no privileged containers, host namespaces, host paths or
@@ -326,6 +338,20 @@ type NodesSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(k, !quantity(string(self[k])).isLessThan(quantity('0')))",message="sharedQuota: quantities must not be negative"
 	SharedQuota corev1.ResourceList `json:"sharedQuota,omitempty"`
 }
+
+// SharedPlacement says which pods the shared node takes.
+// +kubebuilder:validation:Enum=Overflow;OptIn
+type SharedPlacement string
+
+const (
+	// SharedPlacementOverflow: every pod the shared node runs, after the lent nodes.
+	SharedPlacementOverflow SharedPlacement = "Overflow"
+	// SharedPlacementOptIn: only the pods that tolerate the shared node's taint.
+	SharedPlacementOptIn SharedPlacement = "OptIn"
+)
+
+// SharedOptIn says whether only the pods that tolerate the shared node's taint may run there.
+func (n NodesSpec) SharedOptIn() bool { return n.SharedPlacement == SharedPlacementOptIn }
 
 // NodePodSecurity is a Pod Security level for the pods on a tenant's nodes.
 // +kubebuilder:validation:Enum=Baseline;Privileged

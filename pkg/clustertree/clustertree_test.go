@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/kubenest-io/kubenest/internal/iphold"
@@ -955,10 +956,46 @@ func TestSync(t *testing.T) {
 			t.Errorf("host copies left behind: %v", err)
 		}
 	})
+
+	t.Run("OptIn taints the node made before it; Overflow takes the taint off; the tenant's own taints stay", func(t *testing.T) {
+		own := corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule}
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := tc.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			n.Spec.Taints = append(n.Spec.Taints, own)
+			_, err = tc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, optIn := range []bool{true, false} {
+			stop()
+			stop = startNode(parent, host, tenantEnv, func(c *clustertree.Config) { c.OptIn = optIn })
+			// The node lifecycle controller's not-ready taint may come and go while no node runs.
+			var got []corev1.Taint
+			has := func(w corev1.Taint) bool {
+				return slices.ContainsFunc(got, func(g corev1.Taint) bool { return g.MatchTaint(&w) })
+			}
+			err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+				n, err := tc.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+				if err != nil {
+					return false, nil
+				}
+				got = n.Spec.Taints
+				return has(own) && has(sharednode.Taint) == optIn, nil
+			})
+			if err != nil {
+				t.Fatalf("OptIn %t: the node's taints are %v, want %v and the shared node's taint: %t", optIn, got, own, optIn)
+			}
+		}
+	})
 }
 
 // startNode runs the virtual node until the returned function stops it.
-func startNode(t *testing.T, host, tenant *testenv.Env) func() {
+func startNode(t *testing.T, host, tenant *testenv.Env, opts ...func(*clustertree.Config)) func() {
 	t.Helper()
 	ca, err := pki.NewCA("tenant-ca", time.Now())
 	if err != nil {
@@ -975,31 +1012,33 @@ func startNode(t *testing.T, host, tenant *testenv.Env) func() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- clustertree.Run(ctx, clustertree.Config{
-			VirtualCluster: vcName, VirtualClusterUID: "6d1c9e38-0000-4000-8000-00000000aaaa", HostNamespace: hostNS,
-			NodeName: nodeName, Host: host.Config, Tenant: tenant.Config,
-			ServingCert: pair, ClientCA: ca.CertPEM(),
-			NodeAddress: operatorIP, ListenAddress: "127.0.0.1:0",
-			APIServerHost: "10.96.7.7", APIServerPort: 6443,
-			// Both test apiservers allocate from 10.0.0.0/16: the tenant's slice is a part of it.
-			ServiceCIDR: serviceCIDR,
-			TenantAddresses: func(context.Context) ([]netip.Prefix, error) {
-				return []netip.Prefix{netip.MustParsePrefix(lentPodCIDR), netip.MustParsePrefix("172.30.0.12/32")}, nil
-			},
-			Capacity: func(context.Context) (corev1.ResourceList, error) {
-				return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"),
-					corev1.ResourcePods: resource.MustParse("110")}, nil
-			},
-			// The tenant's share: 3 of the 4 CPUs; more memory than the host has.
-			Quota: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("16Gi")},
-			// The bytes of its ConfigMaps and Secrets the host may hold.
-			CopyBytes: 256 << 10,
-			// The ended pods whose host pods stay.
-			FinishedPods:   3,
-			KubeletVersion: "v1.36.3", Workers: 2, SyncPeriod: time.Second,
-		})
-	}()
+	cfg := clustertree.Config{
+		VirtualCluster: vcName, VirtualClusterUID: "6d1c9e38-0000-4000-8000-00000000aaaa", HostNamespace: hostNS,
+		NodeName: nodeName, Host: host.Config, Tenant: tenant.Config,
+		ServingCert: pair, ClientCA: ca.CertPEM(),
+		NodeAddress: operatorIP, ListenAddress: "127.0.0.1:0",
+		APIServerHost: "10.96.7.7", APIServerPort: 6443,
+		// Both test apiservers allocate from 10.0.0.0/16: the tenant's slice is a part of it.
+		ServiceCIDR: serviceCIDR,
+		TenantAddresses: func(context.Context) ([]netip.Prefix, error) {
+			return []netip.Prefix{netip.MustParsePrefix(lentPodCIDR), netip.MustParsePrefix("172.30.0.12/32")}, nil
+		},
+		Capacity: func(context.Context) (corev1.ResourceList, error) {
+			return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"),
+				corev1.ResourcePods: resource.MustParse("110")}, nil
+		},
+		// The tenant's share: 3 of the 4 CPUs; more memory than the host has.
+		Quota: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("16Gi")},
+		// The bytes of its ConfigMaps and Secrets the host may hold.
+		CopyBytes: 256 << 10,
+		// The ended pods whose host pods stay.
+		FinishedPods:   3,
+		KubeletVersion: "v1.36.3", Workers: 2, SyncPeriod: time.Second,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	go func() { done <- clustertree.Run(ctx, cfg) }()
 	stopped := false
 	stop := func() {
 		if stopped {

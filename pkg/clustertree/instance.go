@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -35,6 +37,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
@@ -108,6 +111,10 @@ type Config struct {
 	// /etc/hosts writer of pods with a subdomain (Translator.HostsImage).
 	HostsImage           string
 	HostsImagePullPolicy corev1.PullPolicy
+	// OptIn taints the virtual node with sharednode.Taint: the tenant's scheduler puts there
+	// only the pods that tolerate it (spec.nodes.sharedPlacement: OptIn). False takes the taint
+	// off; other taints (the tenant's own) are left as they are.
+	OptIn bool
 	// KubeletVersion is the version the virtual node reports.
 	KubeletVersion string
 	// Workers sync tenant pods in parallel; SyncPeriod paces the upkeep of host copies and
@@ -330,6 +337,9 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// What runs beside the node stops with it, also when it stops on an error of its own.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	wg.Go(func() {
 		if err := server.Serve(tlsListener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error(err, "kubelet API server stopped")
@@ -370,7 +380,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	})
 
-	log.Info("starting the virtual node", "kubeletAPI", net.JoinHostPort(cfg.NodeAddress, strconv.Itoa(port)))
+	wg.Go(func() {
+		select {
+		case <-vnode.Ready():
+			keepTaint(ctx, tenant, cfg.NodeName, cfg.OptIn)
+		case <-vnode.Done():
+		case <-ctx.Done():
+		}
+	})
+
+	log.Info("starting the virtual node", "kubeletAPI", net.JoinHostPort(cfg.NodeAddress, strconv.Itoa(port)), "optIn", cfg.OptIn)
 	err = vnode.Run(ctx)
 	if ctx.Err() != nil {
 		log.Info("virtual node stopped")
@@ -425,6 +444,7 @@ func describeNode(n *corev1.Node, cfg Config, address string, port int, capacity
 		LabelVirtualNode:       "true",
 		naming.LabelManagedBy:  naming.ManagedByValue,
 	}
+	n.Spec.Taints, _ = withTaint(n.Spec.Taints, cfg.OptIn)
 	now := metav1.Now()
 	cond := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, msg string) corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
@@ -523,4 +543,46 @@ func ensureServiceAccount(ctx context.Context, host kubernetes.Interface, namesp
 		return fmt.Errorf("creating the host ServiceAccount of the tenant's pods, %s/%s: %w", namespace, HostServiceAccount, err)
 	}
 	return nil
+}
+
+// keepTaint puts sharednode.Taint on the tenant's node when want, and takes it off when not:
+// virtual-kubelet writes a node's spec only when it creates the node, and a node made before
+// spec.nodes.sharedPlacement changed keeps what it had. It tries every 5 s until it is done.
+func keepTaint(ctx context.Context, tenant kubernetes.Interface, name string, want bool) {
+	log := klog.FromContext(ctx)
+	_ = wait.PollUntilContextCancel(ctx, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := tenant.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			taints, changed := withTaint(n.Spec.Taints, want)
+			if !changed {
+				return nil
+			}
+			n.Spec.Taints = taints
+			if _, err := tenant.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+			log.Info("the shared node's taint changed", "taint", sharednode.Taint.ToString(), "tainted", want)
+			return nil
+		})
+		if err != nil && ctx.Err() == nil {
+			log.Error(err, "the shared node's taint is not as spec.nodes.sharedPlacement says yet; trying again in 5s", "tainted", want)
+		}
+		return err == nil, nil
+	})
+}
+
+// withTaint is taints with sharednode.Taint when want and without it when not, and whether
+// that changed them.
+func withTaint(taints []corev1.Taint, want bool) ([]corev1.Taint, bool) {
+	i := slices.IndexFunc(taints, func(t corev1.Taint) bool { return t.MatchTaint(&sharednode.Taint) })
+	switch {
+	case want && i < 0:
+		return append(slices.Clip(taints), sharednode.Taint), true
+	case !want && i >= 0:
+		return slices.Delete(slices.Clone(taints), i, i+1), true
+	}
+	return taints, false
 }

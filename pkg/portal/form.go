@@ -21,6 +21,7 @@ const (
 	fieldCount     = "count"
 	fieldSelector  = "selector"
 	fieldShared    = "shared"
+	fieldOptIn     = "sharedoptin"
 )
 
 // Storage choices of the create form.
@@ -36,7 +37,7 @@ const promotionName = "workers"
 // ("" for what belongs to no field).
 type CreateForm struct {
 	Name, Namespace, Exposure, Storage, Count, Selector string
-	Shared                                              bool
+	Shared, SharedOptIn                                 bool
 	Errors                                              map[string][]string
 }
 
@@ -45,13 +46,14 @@ type CreateForm struct {
 // is the API server's to judge, so the form shows exactly its rules.
 func ParseCreateForm(v url.Values) (CreateForm, *v1alpha1.VirtualCluster) {
 	f := CreateForm{
-		Name:      strings.TrimSpace(v.Get(fieldName)),
-		Namespace: strings.TrimSpace(v.Get(fieldNamespace)),
-		Exposure:  v.Get(fieldExposure),
-		Storage:   v.Get(fieldStorage),
-		Count:     strings.TrimSpace(v.Get(fieldCount)),
-		Selector:  strings.TrimSpace(v.Get(fieldSelector)),
-		Shared:    v.Get(fieldShared) == "on" || v.Get(fieldShared) == "true",
+		Name:        strings.TrimSpace(v.Get(fieldName)),
+		Namespace:   strings.TrimSpace(v.Get(fieldNamespace)),
+		Exposure:    v.Get(fieldExposure),
+		Storage:     v.Get(fieldStorage),
+		Count:       strings.TrimSpace(v.Get(fieldCount)),
+		Selector:    strings.TrimSpace(v.Get(fieldSelector)),
+		Shared:      checked(v, fieldShared),
+		SharedOptIn: checked(v, fieldOptIn),
 	}
 	vc := &v1alpha1.VirtualCluster{ObjectMeta: metav1.ObjectMeta{Name: f.Name, Namespace: f.Namespace}}
 	if f.Namespace == "" {
@@ -92,8 +94,17 @@ func ParseCreateForm(v url.Values) (CreateForm, *v1alpha1.VirtualCluster) {
 		vc.Spec.Nodes.Promotions = []v1alpha1.NodePromotion{p}
 	}
 	vc.Spec.Nodes.Shared = f.Shared
+	if f.SharedOptIn {
+		if !f.Shared {
+			f.addError(fieldOptIn, "Opt-in is about the shared nodes: tick Shared nodes too, or leave it.")
+		}
+		vc.Spec.Nodes.SharedPlacement = v1alpha1.SharedPlacementOptIn
+	}
 	return f, vc
 }
+
+// checked says whether the form's checkbox name was ticked.
+func checked(v url.Values, name string) bool { return v.Get(name) == "on" || v.Get(name) == "true" }
 
 func (f *CreateForm) addError(field, msg string) {
 	if f.Errors == nil {
@@ -152,6 +163,7 @@ func FieldOfCause(c metav1.StatusCause) string {
 		{"spec.nodes.promotions[0].count", fieldCount},
 		{"spec.nodes.promotions[0].selector", fieldSelector},
 		{"spec.nodes.promotions", fieldCount},
+		{"spec.nodes.sharedPlacement", fieldOptIn},
 		{"spec.nodes.shared", fieldShared},
 	} {
 		if strings.HasPrefix(path, m.prefix) || inMessage && strings.Contains(path, m.prefix) {

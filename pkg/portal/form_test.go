@@ -30,6 +30,15 @@ func TestParseCreateForm(t *testing.T) {
 		t.Errorf("promotion %+v", p)
 	}
 
+	// The shared nodes on request only: OptIn; without the shared nodes, said at the box.
+	f, vc = ParseCreateForm(url.Values{"name": {"x"}, "namespace": {"ns"}, "shared": {"on"}, "sharedoptin": {"on"}})
+	if f.HasErrors() || !vc.Spec.Nodes.SharedOptIn() {
+		t.Errorf("opt-in: %v %+v", f.Errors, vc.Spec.Nodes)
+	}
+	if f, _ = ParseCreateForm(url.Values{"name": {"x"}, "namespace": {"ns"}, "sharedoptin": {"on"}}); len(f.Errors[fieldOptIn]) == 0 {
+		t.Errorf("opt-in without the shared nodes: %v", f.Errors)
+	}
+
 	// Defaults: nothing asked, nothing set; the API server fills in its defaults.
 	f, vc = ParseCreateForm(url.Values{"name": {"x"}, "namespace": {"ns"}})
 	if f.HasErrors() || vc.Spec.Nodes.Promotions != nil || vc.Spec.Etcd.Storage.Ephemeral != nil || vc.Spec.ControlPlane.Exposure.Type != "" {

@@ -112,7 +112,10 @@ func newVCView(vc *v1alpha1.VirtualCluster, now time.Time) vcView {
 	if want > 0 || len(vc.Status.Nodes) > 0 {
 		parts = append(parts, fmt.Sprintf("%d of %d lent", len(vc.Status.Nodes), want))
 	}
-	if vc.Spec.Nodes.Shared {
+	switch {
+	case vc.Spec.Nodes.Shared && vc.Spec.Nodes.SharedOptIn():
+		parts = append(parts, "shared (opt-in)")
+	case vc.Spec.Nodes.Shared:
 		parts = append(parts, "shared")
 	}
 	v.Nodes = strings.Join(parts, " + ")

@@ -30,6 +30,10 @@ const (
 	AddressSliceNodePorts   = AddressService + SliceSuffixNodePorts
 )
 
+// Taint is what the shared node carries when only the pods that tolerate it may run there
+// (the VirtualCluster's spec.nodes.sharedPlacement: OptIn).
+var Taint = corev1.Taint{Key: "kubenest.io/shared-node", Effect: corev1.TaintEffectNoSchedule}
+
 // IsSharedNode says whether node is a tenant's shared node.
 func IsSharedNode(node *corev1.Node) bool {
 	return node != nil && node.Labels[LabelVirtualNode] == "true"

@@ -45,6 +45,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
+	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
 
 // labelConformance marks the host namespace a run creates, so a later run (or --cleanup) knows
@@ -58,7 +59,7 @@ type options struct {
 	procs, lentNodes, flakeAttempts          int
 	serial, keep, cleanupOnly, sharedNode    bool
 	readyTimeout, suiteTimeout, lendWait     time.Duration
-	extraE2EArgs                             string
+	extraE2EArgs, sharedPlacement            string
 	hostClient                               client.Client
 	tenantKubeconfig, parallelDir, serialDir string
 }
@@ -78,6 +79,7 @@ func main() {
 	flag.IntVar(&o.flakeAttempts, "flake-attempts", 1, "runs of a failing spec before it counts as failed (ginkgo --flake-attempts); a spec that passes on a later run is listed as flaky with its first failure. 1 for a conformance figure")
 	flag.IntVar(&o.lentNodes, "lent-nodes", 1, "host nodes lent to the tenant (0: the shared node only, without privileged pods; for a host with no free lendable node)")
 	flag.BoolVar(&o.sharedNode, "shared-node", true, "give the tenant the shared node (false: lent nodes only, --lent-nodes of them)")
+	flag.StringVar(&o.sharedPlacement, "shared-placement", "", "the tenant's spec.nodes.sharedPlacement: Overflow or OptIn; empty: OptIn with lent nodes (the shared node tainted, as the suite expects of a node that does not run every pod), Overflow without (the shared node is then the only node)")
 	flag.BoolVar(&o.serial, "serial", true, "run the [Serial] and [Disruptive] specs too, after the others, in one process")
 	flag.BoolVar(&o.keep, "keep", false, "keep the tenant and its namespace at the end (reused by the next run; --cleanup removes them)")
 	flag.BoolVar(&o.cleanupOnly, "cleanup", false, "only delete the tenant and namespace a --keep run left, and return its lent node")
@@ -137,6 +139,16 @@ func run(ctx context.Context, o *options) (int, error) {
 	}
 	if !o.sharedNode && o.lentNodes < 1 {
 		return 1, errors.New("--shared-node=false needs --lent-nodes 1 or more: a tenant without nodes runs no spec")
+	}
+	switch v1alpha1.SharedPlacement(o.sharedPlacement) {
+	case "":
+		o.sharedPlacement = string(v1alpha1.SharedPlacementOverflow)
+		if o.lentNodes > 0 {
+			o.sharedPlacement = string(v1alpha1.SharedPlacementOptIn)
+		}
+	case v1alpha1.SharedPlacementOverflow, v1alpha1.SharedPlacementOptIn:
+	default:
+		return 1, fmt.Errorf("--shared-placement %q: want Overflow or OptIn", o.sharedPlacement)
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return 1, err
@@ -205,6 +217,9 @@ func conformanceVC(o *options) *v1alpha1.VirtualCluster {
 			Nodes:        v1alpha1.NodesSpec{Shared: o.sharedNode},
 		},
 	}
+	if o.sharedNode {
+		vc.Spec.Nodes.SharedPlacement = v1alpha1.SharedPlacement(o.sharedPlacement)
+	}
 	if o.lentNodes > 0 {
 		vc.Spec.Nodes.Promotions = []v1alpha1.NodePromotion{{Name: "workers", Count: int32(o.lentNodes)}}
 		vc.Spec.Nodes.PodSecurity = v1alpha1.NodePodSecurityPrivileged
@@ -216,11 +231,11 @@ func conformanceVC(o *options) *v1alpha1.VirtualCluster {
 func (o *options) describe() string {
 	switch {
 	case o.lentNodes == 0:
-		return "shared node only, no lent node"
+		return fmt.Sprintf("shared node only (placement %s), no lent node", o.sharedPlacement)
 	case !o.sharedNode:
 		return fmt.Sprintf("%d lent node(s), no shared node, privileged pods granted on them", o.lentNodes)
 	}
-	return fmt.Sprintf("shared node + %d lent node(s), privileged pods granted on lent nodes", o.lentNodes)
+	return fmt.Sprintf("shared node (placement %s) + %d lent node(s), privileged pods granted on lent nodes", o.sharedPlacement, o.lentNodes)
 }
 
 // createTenant creates (or, when a --keep run left it, reuses) the tenant, waits until it is
@@ -367,7 +382,10 @@ func runPart(ctx context.Context, o *options, name, dir string, procs int, label
 		return part{}, err
 	}
 	args = append(args, o.e2eTest, "--", "--kubeconfig="+kubeconfig, "--kubectl-path="+o.kubectl,
-		"--report-dir="+absDir, "--provider=skeleton")
+		"--report-dir="+absDir, "--provider=skeleton",
+		// A tainted node is not waited for at the start (upstream's default names the
+		// control-plane taint only): the shared node of an OptIn tenant keeps its taint.
+		"--non-blocking-taints=node-role.kubernetes.io/control-plane,"+sharednode.Taint.Key)
 	args = append(args, strings.Fields(o.extraE2EArgs)...)
 
 	logPath := filepath.Join(dir, "ginkgo.log")

@@ -30,6 +30,7 @@ import (
 
 	"github.com/kubenest-io/kubenest/api/v1alpha1"
 	"github.com/kubenest-io/kubenest/pkg/clustertree"
+	"github.com/kubenest-io/kubenest/pkg/sharednode"
 )
 
 // webServer answers every connection on 8080 with its pod name.
@@ -47,6 +48,8 @@ func TestSharedNode(t *testing.T) {
 	// "tenants" namespace has them.
 	neighbour := newVC(ns, "neighbour", v1alpha1.ExposureNodePort)
 	neighbour.Spec.Nodes.Shared = true
+	// It takes only the pods that ask for the shared node, until it says otherwise.
+	neighbour.Spec.Nodes.SharedPlacement = v1alpha1.SharedPlacementOptIn
 	for _, v := range []*v1alpha1.VirtualCluster{vc, neighbour} {
 		if err := host.Create(ctx, v); err != nil {
 			t.Fatal(err)
@@ -133,15 +136,46 @@ func TestSharedNode(t *testing.T) {
 		}
 	})
 
-	t.Run("a second tenant of the host namespace has a shared node of its own, its logs and exec too", func(t *testing.T) {
+	t.Run("a second tenant of the host namespace has a shared node of its own, its logs and exec too; OptIn, then Overflow", func(t *testing.T) {
 		// Its node's address leads to its own kubelet API in the host: the EndpointSlices of
 		// the two address Services are named after each, not the same.
 		waitReady(t, ctx, neighbour)
 		nkc := downloadKubeconfig(t, ctx, neighbour)
 		next := tenantClient(t, nkc)
 		waitTenantNodeReady(t, ctx, next, sharedNode)
+
+		// sharedPlacement OptIn: the node carries the taint, and a pod that does not
+		// tolerate it waits, saying why.
+		tainted := func(ctx context.Context) (bool, error) {
+			n, err := next.CoreV1().Nodes().Get(ctx, sharedNode, metav1.GetOptions{})
+			return err == nil && slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&sharednode.Taint) }), err
+		}
+		if ok, err := tainted(ctx); !ok {
+			t.Fatalf("the node of a tenant with sharedPlacement OptIn has no taint %s: %v", sharednode.Taint.ToString(), err)
+		}
 		createWebDeployment(t, ctx, next, 1)
+		eventually(t, "the pod that does not tolerate the shared node waits, saying why", time.Minute, func() error {
+			pods, err := next.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+			if err != nil || len(pods.Items) != 1 {
+				return fmt.Errorf("%v pods: %v", len(pods.Items), err)
+			}
+			p := pods.Items[0]
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "untolerated taint") {
+					t.Logf("OptIn: %s", c.Message)
+					return nil
+				}
+			}
+			return fmt.Errorf("pod %s on %q, conditions %+v", p.Name, p.Spec.NodeName, p.Status.Conditions)
+		})
+		// Overflow (the default): the taint goes, and the pod runs there.
+		if err := host.Patch(ctx, neighbour, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"nodes":{"sharedPlacement":null}}}`))); err != nil {
+			t.Fatal(err)
+		}
 		npod := waitTenantPodsRunning(t, ctx, next, 1)[0].Name
+		if ok, err := tainted(ctx); ok || err != nil {
+			t.Errorf("the node keeps its taint after sharedPlacement went back to Overflow: %v", err)
+		}
 		eventually(t, "kubectl logs in the neighbour", time.Minute, func() error {
 			out, err := exec.Command(*kubectlPath, "--kubeconfig", nkc, "logs", npod).CombinedOutput()
 			if err != nil || !strings.Contains(string(out), "hello from "+npod) {

@@ -80,11 +80,11 @@ func (r *Reconciler) reconcileSharedNode(ctx context.Context, vc *v1alpha1.Virtu
 	if err != nil {
 		return 0, err
 	}
-	// A new share restarts the node, which then admits pods against it (nothing of the
-	// tenant's is lost in a restart).
+	// A new share or placement restarts the node, which then admits pods against it and
+	// carries its taint or not (nothing of the tenant's is lost in a restart).
 	quota := r.sharedQuota(vc)
 	fingerprint := fingerprintOf(p.authorities.CABundle(), p.rotationRequest, tenantCfg.Host, exp.ClusterIP, r.SharedNodes.Address, string(vc.UID), vc.Status.ServiceCIDR,
-		clustertree.FormatQuota(quota))
+		clustertree.FormatQuota(quota), vc.Spec.Nodes.SharedOptIn())
 	err = r.SharedNodes.Manager.Ensure(key, fingerprint, func() (clustertree.Config, time.Time, error) {
 		return r.sharedNodeConfig(vc, p, exp, tenantCfg, quota)
 	})
@@ -174,6 +174,7 @@ func (r *Reconciler) sharedNodeConfig(vc *v1alpha1.VirtualCluster, p *tenantPKI,
 		TenantAddresses:       func(ctx context.Context) ([]netip.Prefix, error) { return r.tenantAddresses(ctx, vc) },
 		Capacity:              r.sharedCapacity,
 		Quota:                 quota,
+		OptIn:                 vc.Spec.Nodes.SharedOptIn(),
 		CopyBytes:             r.SharedNodes.CopyBytes,
 		FinishedPods:          r.SharedNodes.FinishedPods,
 		HostsImage:            r.Settings.Image,

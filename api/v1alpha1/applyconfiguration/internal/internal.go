@@ -212,6 +212,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: shared
       type:
         scalar: boolean
+    - name: sharedPlacement
+      type:
+        namedType: com.github.kubenest-io.kubenest.api.v1alpha1.SharedPlacement
     - name: sharedQuota
       type:
         namedType: io.k8s.api.core.v1.ResourceList
@@ -324,6 +327,8 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: name
       type:
         scalar: string
+- name: com.github.kubenest-io.kubenest.api.v1alpha1.SharedPlacement
+  scalar: string
 - name: com.github.kubenest-io.kubenest.api.v1alpha1.SleepSpec
   map:
     fields:

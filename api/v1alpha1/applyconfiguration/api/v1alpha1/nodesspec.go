@@ -18,6 +18,16 @@ type NodesSpecApplyConfiguration struct {
 	// shared gives the tenant a virtual node backed by the host's shared nodes: pods the tenant
 	// schedules there run as pods in the VirtualCluster's host namespace.
 	Shared *bool `json:"shared,omitempty"`
+	// sharedPlacement says which of the tenant's pods its scheduler may put on the shared node.
+	// Overflow (the default): every pod the shared node runs, after the tenant's lent nodes (a
+	// lent node scores first; the shared node takes what they do not). OptIn: only the pods that
+	// tolerate the shared node's taint, kubenest.io/shared-node:NoSchedule, which the node then
+	// carries; the others stay on the tenant's lent nodes, as on a cluster whose special nodes
+	// are tainted. For a tenant that keeps its workloads on its own nodes and sends to the host's
+	// shared capacity only what asks for it, and for tools that pick any untainted node for a
+	// pod the shared node never runs (Kubernetes' conformance suite does: CONFORMANCE.md). A
+	// tenant whose only node is the shared node runs, with OptIn, only the pods that tolerate it.
+	SharedPlacement *apiv1alpha1.SharedPlacement `json:"sharedPlacement,omitempty"`
 	// podSecurity is the Pod Security level every pod of the tenant must meet to be bound to a
 	// node, enforced by the tenant's own apiserver whatever the tenant's namespaces say.
 	// Baseline (the default) allows no privileged containers, host namespaces, host paths or
@@ -62,6 +72,14 @@ func (b *NodesSpecApplyConfiguration) WithPromotions(values ...*NodePromotionApp
 // If called multiple times, the Shared field is set to the value of the last call.
 func (b *NodesSpecApplyConfiguration) WithShared(value bool) *NodesSpecApplyConfiguration {
 	b.Shared = &value
+	return b
+}
+
+// WithSharedPlacement sets the SharedPlacement field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SharedPlacement field is set to the value of the last call.
+func (b *NodesSpecApplyConfiguration) WithSharedPlacement(value apiv1alpha1.SharedPlacement) *NodesSpecApplyConfiguration {
+	b.SharedPlacement = &value
 	return b
 }
 

@@ -189,6 +189,16 @@ func TestSharedNode(t *testing.T) {
 		if logs := kubectl(t, "--kubeconfig", kubeconfig, "logs", pod); !strings.Contains(logs, "hello from "+pod) {
 			t.Errorf("kubectl logs %s in the first tenant, with the neighbour beside it: %q", pod, logs)
 		}
+		// Without the shared node, its Node leaves the tenant, as a returned lent node's does.
+		if err := host.Patch(ctx, neighbour, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"nodes":{"shared":null}}}`))); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the shared node's Node leaves the tenant", time.Minute, func() error {
+			if _, err := next.CoreV1().Nodes().Get(ctx, sharedNode, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("node %s: %v", sharedNode, err)
+			}
+			return nil
+		})
 		deleteAndCheckGone(t, ctx, neighbour)
 	})
 

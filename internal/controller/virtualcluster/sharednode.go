@@ -13,8 +13,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	quotav1 "k8s.io/apiserver/pkg/quota/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +27,7 @@ import (
 	"github.com/kubenest-io/kubenest/pkg/controlplane"
 	"github.com/kubenest-io/kubenest/pkg/naming"
 	"github.com/kubenest-io/kubenest/pkg/pki"
+	"github.com/kubenest-io/kubenest/pkg/sharednode"
 	"github.com/kubenest-io/kubenest/pkg/version"
 )
 
@@ -68,9 +72,23 @@ func (r *Reconciler) reconcileSharedNode(ctx context.Context, vc *v1alpha1.Virtu
 	key := vc.Namespace + "/" + vc.Name
 	if !vc.Spec.Nodes.Shared {
 		r.SharedNodes.Manager.Stop(key)
+		if _, err := r.removeSharedPods(ctx, vc); err != nil {
+			return 0, err
+		}
+		// The condition says the tenant had the node: its Node goes too, once its apiserver
+		// answers (not while it sleeps, when this is not called), and then the condition.
+		if meta.FindStatusCondition(*conds.List, v1alpha1.ConditionSharedNodeReady) == nil {
+			return 0, nil
+		}
+		if !conds.IsTrue(v1alpha1.ConditionAPIServerReady) {
+			conds.Set(v1alpha1.ConditionSharedNodeReady, false, ReasonWaitingForAPIServer, "the virtual node's Node is removed from the tenant once its apiserver answers")
+			return 0, nil
+		}
+		if err := r.removeSharedNode(ctx, vc, p); err != nil {
+			return 0, err
+		}
 		conds.Remove(v1alpha1.ConditionSharedNodeReady)
-		_, err := r.removeSharedPods(ctx, vc)
-		return 0, err
+		return 0, nil
 	}
 	if !conds.IsTrue(v1alpha1.ConditionAPIServerReady) {
 		conds.Set(v1alpha1.ConditionSharedNodeReady, false, ReasonWaitingForAPIServer, "the virtual node starts once the tenant's apiserver answers")
@@ -317,6 +335,35 @@ func (r *Reconciler) removeSharedPods(ctx context.Context, vc *v1alpha1.VirtualC
 		}
 	}
 	return len(pods.Items), nil
+}
+
+// removeSharedNode deletes the virtual node's Node from a tenant that no longer has the shared
+// node, as a lent node's is deleted when it returns: otherwise it stays, NotReady, for good. Its
+// pods are then those of a node that is gone: the tenant's pod garbage collector deletes them,
+// and their controllers make new ones for the nodes the tenant has. A Node of that name that
+// is not the virtual node (no kubenest.io/virtual-node label) is left alone.
+func (r *Reconciler) removeSharedNode(ctx context.Context, vc *v1alpha1.VirtualCluster, p *tenantPKI) error {
+	cfg, err := r.tenantConfig(vc, p)
+	if err != nil {
+		return err
+	}
+	tenant, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	n, err := tenant.CoreV1().Nodes().Get(ctx, r.SharedNodes.NodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || err == nil && !sharednode.IsSharedNode(n) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the tenant's Node %s: %w", r.SharedNodes.NodeName, err)
+	}
+	err = tenant.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &n.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("removing the tenant's Node %s: %w", n.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("removed the shared node's Node from the tenant", "node", n.Name)
+	return nil
 }
 
 func fingerprintOf(parts ...any) string {

@@ -296,7 +296,8 @@ CONFORMANCE_FLAKE_ATTEMPTS ?= 1
 CONFORMANCE_LENT_NODES ?= 1
 # false: a tenant of lent nodes only (the host needs as many free lendable nodes: make up NODES=3 LENDABLE='kn-worker-2 kn-worker-3').
 CONFORMANCE_SHARED_NODE ?= true
-# The tenant's spec.nodes.sharedPlacement (Overflow or OptIn); empty: OptIn with lent nodes, Overflow without.
+# The tenant's spec.nodes.sharedPlacement (Overflow or OptIn); empty: OptIn with 2 lent nodes or more, Overflow with fewer
+# (the suite wants two untainted nodes).
 CONFORMANCE_SHARED_PLACEMENT ?=
 CONFORMANCE_RUN = go run ./test/conformance --kubeconfig _output/host.kubeconfig --out _output/conformance
 

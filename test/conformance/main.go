@@ -79,7 +79,7 @@ func main() {
 	flag.IntVar(&o.flakeAttempts, "flake-attempts", 1, "runs of a failing spec before it counts as failed (ginkgo --flake-attempts); a spec that passes on a later run is listed as flaky with its first failure. 1 for a conformance figure")
 	flag.IntVar(&o.lentNodes, "lent-nodes", 1, "host nodes lent to the tenant (0: the shared node only, without privileged pods; for a host with no free lendable node)")
 	flag.BoolVar(&o.sharedNode, "shared-node", true, "give the tenant the shared node (false: lent nodes only, --lent-nodes of them)")
-	flag.StringVar(&o.sharedPlacement, "shared-placement", "", "the tenant's spec.nodes.sharedPlacement: Overflow or OptIn; empty: OptIn with lent nodes (the shared node tainted, as the suite expects of a node that does not run every pod), Overflow without (the shared node is then the only node)")
+	flag.StringVar(&o.sharedPlacement, "shared-placement", "", "the tenant's spec.nodes.sharedPlacement: Overflow or OptIn; empty: OptIn with two lent nodes or more (the shared node tainted, as the suite expects of a node that does not run every pod), Overflow with fewer (the suite wants two untainted nodes)")
 	flag.BoolVar(&o.serial, "serial", true, "run the [Serial] and [Disruptive] specs too, after the others, in one process")
 	flag.BoolVar(&o.keep, "keep", false, "keep the tenant and its namespace at the end (reused by the next run; --cleanup removes them)")
 	flag.BoolVar(&o.cleanupOnly, "cleanup", false, "only delete the tenant and namespace a --keep run left, and return its lent node")
@@ -143,7 +143,7 @@ func run(ctx context.Context, o *options) (int, error) {
 	switch v1alpha1.SharedPlacement(o.sharedPlacement) {
 	case "":
 		o.sharedPlacement = string(v1alpha1.SharedPlacementOverflow)
-		if o.lentNodes > 0 {
+		if o.lentNodes >= 2 {
 			o.sharedPlacement = string(v1alpha1.SharedPlacementOptIn)
 		}
 	case v1alpha1.SharedPlacementOverflow, v1alpha1.SharedPlacementOptIn:

@@ -28,11 +28,11 @@ func TestSummarize(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "report.json"), []byte(report), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := &options{namespace: "conformance", name: "conformance", focus: `\[Conformance\]`, lentNodes: 1, sharedNode: true, flakeAttempts: 2}
+	o := &options{namespace: "conformance", name: "conformance", focus: `\[Conformance\]`, lentNodes: 1, sharedNode: true, sharedPlacement: "Overflow", flakeAttempts: 2}
 	got, failed := summarize(o, []part{{name: "parallel", dir: dir, exitCode: 1, duration: time.Minute},
 		{name: "serial", dir: filepath.Join(dir, "missing")}}, 2*time.Minute)
 	for _, want := range []string{
-		"shared node + 1 lent node(s), privileged pods granted on lent nodes",
+		"shared node (placement Overflow) + 1 lent node(s), privileged pods granted on lent nodes",
 		"parallel part (1m0s): 2 of 3 passed, 1 failed, 1 skipped by the spec itself; ginkgo exit 1",
 		"1 of the passed failed a run first (--flake-attempts 2)",
 		"[flaky: passed on run 2 of 2] [sig-c] C flakes [Conformance]\n      first run: context deadline exceeded (c.go:76)",

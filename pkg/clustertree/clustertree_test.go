@@ -957,7 +957,7 @@ func TestSync(t *testing.T) {
 		}
 	})
 
-	t.Run("OptIn taints the node made before it; Overflow takes the taint off; the tenant's own taints stay", func(t *testing.T) {
+	t.Run("OptIn taints the node made before it, and again when the tenant takes it off; Overflow takes it off; the tenant's own taints stay", func(t *testing.T) {
 		own := corev1.Taint{Key: "example.com/maintenance", Effect: corev1.TaintEffectNoSchedule}
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			n, err := tc.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
@@ -989,6 +989,33 @@ func TestSync(t *testing.T) {
 			})
 			if err != nil {
 				t.Fatalf("OptIn %t: the node's taints are %v, want %v and the shared node's taint: %t", optIn, got, own, optIn)
+			}
+			if !optIn {
+				continue
+			}
+			// The tenant's admin takes the taint off: it comes back.
+			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				n, err := tc.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&sharednode.Taint) })
+				_, err = tc.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+				n, err := tc.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+				if err != nil {
+					return false, nil
+				}
+				got = n.Spec.Taints
+				return has(own) && has(sharednode.Taint), nil
+			})
+			if err != nil {
+				t.Fatalf("the taint the tenant took off did not come back: %v", got)
 			}
 		}
 	})

@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -547,8 +548,44 @@ func ensureServiceAccount(ctx context.Context, host kubernetes.Interface, namesp
 
 // keepTaint puts sharednode.Taint on the tenant's node when want, and takes it off when not:
 // virtual-kubelet writes a node's spec only when it creates the node, and a node made before
-// spec.nodes.sharedPlacement changed keeps what it had. It tries every 5 s until it is done.
+// spec.nodes.sharedPlacement changed keeps what it had. With want, it then watches the node and
+// puts the taint back when it goes (the tenant's admin took it off): the VirtualCluster's spec
+// decides, as it does the rest of the node.
 func keepTaint(ctx context.Context, tenant kubernetes.Interface, name string, want bool) {
+	setTaint(ctx, tenant, name, want)
+	if !want {
+		return
+	}
+	lost := make(chan struct{}, 1)
+	check := func(obj any) {
+		if n, ok := obj.(*corev1.Node); ok {
+			if _, changed := withTaint(n.Spec.Taints, true); changed {
+				select {
+				case lost <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+	lw := cache.NewListWatchFromClient(tenant.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll, fields.OneTermEqualSelector("metadata.name", name))
+	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &corev1.Node{},
+		Handler: cache.ResourceEventHandlerFuncs{AddFunc: check, UpdateFunc: func(_, obj any) { check(obj) }}})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { informer.Run(ctx.Done()) })
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-lost:
+			setTaint(ctx, tenant, name, true)
+		}
+	}
+}
+
+// setTaint puts sharednode.Taint on the tenant's node, or takes it off, trying every 5 s until
+// it is done.
+func setTaint(ctx context.Context, tenant kubernetes.Interface, name string, want bool) {
 	log := klog.FromContext(ctx)
 	_ = wait.PollUntilContextCancel(ctx, 5*time.Second, true, func(ctx context.Context) (bool, error) {
 		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {

@@ -548,12 +548,12 @@ func ensureServiceAccount(ctx context.Context, host kubernetes.Interface, namesp
 
 // keepTaint puts sharednode.Taint on the tenant's node when want, and takes it off when not:
 // virtual-kubelet writes a node's spec only when it creates the node, and a node made before
-// spec.nodes.sharedPlacement changed keeps what it had. With want, it then watches the node and
-// puts the taint back when it goes (the tenant's admin took it off): the VirtualCluster's spec
-// decides, as it does the rest of the node.
+// spec.nodes.sharedPlacement changed keeps what it had. With want, it watches the node and puts
+// the taint on whenever it lacks it (at the watch's first list, and when the tenant's admin
+// took it off): the VirtualCluster's spec decides, as it does the rest of the node.
 func keepTaint(ctx context.Context, tenant kubernetes.Interface, name string, want bool) {
-	setTaint(ctx, tenant, name, want)
 	if !want {
+		setTaint(ctx, tenant, name, false)
 		return
 	}
 	lost := make(chan struct{}, 1)
